@@ -1,0 +1,131 @@
+"""The engine's implementation of ``phase_api.PhaseContext``.
+
+Every method that reports something appends an event at once (fsynced), so a phase that
+dies halfway leaves its measurements, artifacts and worker logs in the trail.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator import events as ev
+from orchestrator.store import OpenRun
+from orchestrator.worker import failure, run_worker
+
+
+def json_safe(value: Any) -> Any:
+    """Replace NaN/inf (which canonical JSON refuses) with their names as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+class EngineContext:
+    """A phase's view of its run; built by the engine for one attempt of one phase."""
+
+    def __init__(
+        self,
+        run: OpenRun,
+        *,
+        phase: str,
+        templates_package: str,
+        timeout_s: float,
+        on_progress: Callable[[str], None],
+        actor: str = "engine",
+    ) -> None:
+        state = run.state
+        self._run = run
+        self._templates_package = templates_package
+        self._timeout_s = timeout_s
+        self._on_progress = on_progress
+        self._actor = actor
+        self.run_id = run.run_id
+        self.workflow = state["workflow"]
+        self.phase = phase
+        self.target = Path(state["target"])
+        self.options = dict(state["options"])
+        self.answers = dict(state["answers"])
+        self.results = {k: dict(v) for k, v in state["results"].items()}
+        self.base = dict(state["base"])
+        self.attempt = state["attempts"].get(phase, 0)
+        self.interrupted = False
+        self.artifacts_dir = run.dir / "artifacts"
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The live snapshot (read-only by convention): records, open patches, ..."""
+        return self._run.state
+
+    def _append(self, data: Any) -> dict[str, Any]:
+        return self._run.append(data, actor=self._actor, phase=self.phase)
+
+    def write_artifact(self, name: str, content: str | bytes) -> str:
+        name, sha, size = self._run.write_artifact_file(name, content)
+        self._append(ev.ArtifactWritten(name=name, sha256=sha, bytes=size))
+        return name
+
+    def record_measurement(self, *, name: str, unit: str, samples: list[float],
+                           provenance: dict[str, Any], labels: dict[str, Any] | None = None) -> None:
+        self._append(ev.MeasurementRecorded(
+            name=name, unit=unit, samples=[float(s) for s in samples if _finite(s)],
+            labels=json_safe(labels or {}), provenance=json_safe(provenance)))
+
+    def note(self, text: str, *, kind: str = "devlog") -> None:
+        self._append(ev.NoteAdded(kind=kind, text=text))
+
+    def record(self, event_type: str, **data: Any) -> None:
+        """Append a typed event by its type name (e.g. "record_added", "patch_applied")."""
+        self._append(ev.DATA_TYPES[event_type](**json_safe(data)))
+
+    def add_record(self, kind: str, record: dict[str, Any]) -> None:
+        self._append(ev.RecordAdded(kind=kind, record=json_safe(record)))
+
+    def progress(self, message: str) -> None:
+        self._on_progress(f"{self.phase}: {message}")
+
+    def call_worker(self, func: str, request: dict[str, Any], *, timeout_s: float | None = None,
+                    label: str = "") -> dict[str, Any]:
+        label = label or func.rpartition(":")[2]
+        self.progress(f"worker {label} started")
+        result = run_worker(func, request, target=self.target, python=self.options.get("python") or sys.executable,
+                            timeout_s=timeout_s or self._timeout_s, on_progress=self.progress)
+        seq = self._run.state["last_seq"] + 1
+        log_name = self.write_artifact(f"logs/{seq:06d}-{self.phase}-{_slug(label)}.log", result.log)
+        self._append(ev.WorkerFinished(func=func, label=label, status=result.status,
+                                       returncode=result.returncode, seconds=round(result.seconds, 3),
+                                       log=log_name))
+        if result.answer is None:
+            raise failure(func, result, log_name=log_name)
+        return json_safe(result.answer)
+
+    def render(self, template: str, **values: Any) -> str:
+        return render_template(self._templates_package, template, **values)
+
+
+def render_template(package: str, template: str, **values: Any) -> str:
+    """Render ``<package>/templates/<template>`` with StrictUndefined."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader(package, "templates"),
+        undefined=jinja2.StrictUndefined,
+        # NOTE: reports and commit messages end with a newline; jinja drops it by default.
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return env.get_template(template).render(**values)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)[:60]

@@ -1,0 +1,296 @@
+"""start / advance / resume / abort: the engine drives a transitions.Machine per run.
+
+The trail is the truth. The machine is rebuilt for every call from the workflow table,
+positioned at the state name recorded in the snapshot (never pickled). Gates are the
+machine's named conditions, so ``may_<trigger>()`` answers "could this advance?" without
+side effects. One call holds the run's lock from start to end; a crash mid-phase leaves
+a ``phase_started`` without its ``phase_completed``, which the next call detects.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from orchestrator import events as ev
+from orchestrator.context import EngineContext, json_safe
+from orchestrator.errors import (
+    EXIT_AGENT, EXIT_FAILED, EXIT_HUMAN, EXIT_OK, BadAnswer, OrchestratorError, RunFinished, UsageError,
+    WorkerFailed,
+)
+from orchestrator.snapshot import TERMINAL
+from orchestrator.store import OpenRun, RunStore, new_run_id
+from orchestrator.workflow import DONE, Workflow, load_workflow
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What a command did: the run's state afterwards and the exit code it maps to."""
+
+    run_id: str
+    state: dict[str, Any]
+    exit_code: int
+    messages: tuple[str, ...] = field(default_factory=tuple)
+
+
+def exit_code_for(state: dict[str, Any]) -> int:
+    """Exit code of a run's state: 0 done/progressed, 1 failed, 3 human, 4 agent."""
+    if state["violations"] or state["status"] == "failed":
+        return EXIT_FAILED
+    if state["awaiting"] == "human":
+        return EXIT_HUMAN
+    if state["awaiting"] == "agent":
+        return EXIT_AGENT
+    return EXIT_OK
+
+
+def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore) -> Outcome:
+    """Validate options, prepare the target, create the run. Bad input writes nothing."""
+    workflow = load_workflow(workflow_name)
+    try:
+        options = workflow.options.model_validate(raw_options)
+    except ValidationError as exc:
+        raise UsageError(f"{workflow_name}: " + _validation_message(exc)) from None
+    store.ensure_writable()
+    prepared = workflow.prepare(options, str(store.state_dir))
+    from orchestrator.git import capture_base
+
+    base = capture_base(prepared.target)
+    run_id = new_run_id(workflow.name)
+    store.create_run(run_id, ev.RunStarted(
+        workflow=workflow.name, target=str(Path(prepared.target).resolve()),
+        options=json_safe(prepared.options), base=base, initial_phase=workflow.initial))
+    if prepared.answers:
+        with store.open_run(run_id) as run:
+            for key, value in prepared.answers.items():
+                run.append(ev.AnswerAccepted(key=key, value=value), actor="human")
+    return Outcome(run_id=run_id, state=store.read_state(run_id), exit_code=EXIT_OK)
+
+
+def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None,
+            max_phases: int | None = None) -> Outcome:
+    """Run phases until the run is done or waits on an agent or a human."""
+    with store.open_run(run_id) as run:
+        _refuse_terminal(run.state)
+        workflow = load_workflow(run.state["workflow"])
+        return _drive(run, workflow, progress=progress, max_phases=max_phases)
+
+
+def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str = "human",
+           tool_call_id: str | None = None, progress: Progress = lambda _: None,
+           advance_after: bool = True) -> Outcome:
+    """Validate every answer first (nothing written if one is bad), record them, advance."""
+    with store.open_run(run_id) as run:
+        _refuse_terminal(run.state)
+        parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
+        for key, value in parsed.items():
+            run.append(ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id),
+                       actor=actor, phase=run.state["phase"])
+        run.flush()
+        if not advance_after:
+            return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
+        workflow = load_workflow(run.state["workflow"])
+        return _drive(run, workflow, progress=progress, max_phases=None)
+
+
+def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") -> Outcome:
+    if not reason.strip():
+        raise UsageError("abort needs --reason TEXT: the trail must say why the run stopped")
+    with store.open_run(run_id) as run:
+        _refuse_terminal(run.state)
+        run.append(ev.RunAborted(reason=reason), actor=actor)
+        return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK)
+
+
+def validate_answer(state: dict[str, Any], key: str, raw: str, *, actor: str) -> Any:
+    """Parse and check one answer against its pending question; BadAnswer if it does not fit."""
+    question = next((q for q in state["pending"] if q["key"] == key), None)
+    if question is None:
+        pending = ", ".join(q["key"] for q in state["pending"]) or "none"
+        raise BadAnswer(f"no pending question {key!r} in run {state['run_id']} (pending: {pending})")
+    if question["human_only"] and actor != "human":
+        raise BadAnswer(f"question {key!r} is for a human only; the run stays paused until one answers "
+                        f"with `orchestrator resume {state['run_id']} --answer {key}=...`")
+    if question.get("choices"):
+        if raw not in question["choices"]:
+            raise BadAnswer(f"answer {key}={raw!r} is not one of: {', '.join(question['choices'])}")
+        return raw
+    if question.get("answer_schema"):
+        return _validate_schema_answer(key, raw, question["answer_schema"])
+    return raw
+
+
+def _validate_schema_answer(key: str, raw: str, schema: dict[str, Any]) -> Any:
+    import json
+
+    import jsonschema
+
+    value: Any = raw
+    if schema.get("type") != "string":
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise BadAnswer(f"answer {key}={raw!r} must be JSON matching its schema") from None
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as exc:
+        raise BadAnswer(f"answer {key}={raw!r} does not fit its schema: {exc.message}") from None
+    return value
+
+
+def _refuse_terminal(state: dict[str, Any]) -> None:
+    if state["status"] in TERMINAL:
+        raise RunFinished(f"run {state['run_id']} is {state['status']}; start a new run instead")
+
+
+def _drive(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None) -> Outcome:
+    messages: list[str] = []
+    done = 0
+    while True:
+        state = run.state
+        if state["phase"] == DONE or state["status"] in TERMINAL:
+            break
+        if state["pending"] and state["awaiting"] == "human":
+            messages.append("waiting for a human: " + ", ".join(q["key"] for q in state["pending"]))
+            break
+        if not _guards_hold(run, workflow):
+            break
+        if max_phases is not None and done >= max_phases:
+            break
+        result = _run_phase(run, workflow, progress=progress)
+        done += 1
+        if result.outcome != "passed":
+            break
+        if not _take_route(run, workflow, result.route):
+            break
+        run.flush()
+    if run.state["phase"] == DONE and run.state["status"] != "done":
+        run.append(ev.RunFinished(summary=run.state["summary"] or "all phases passed"))
+    return Outcome(run_id=run.run_id, state=run.state, exit_code=exit_code_for(run.state),
+                   messages=tuple(messages))
+
+
+def _guards_hold(run: OpenRun, workflow: Workflow) -> bool:
+    ok = True
+    for name, guard in workflow.guards.items():
+        violation = guard(run.state)
+        open_before = any(v["guard"] == name for v in run.state["violations"])
+        if violation is not None:
+            run.append(ev.GuardViolated(guard=name, message=violation.message, paths=list(violation.paths)),
+                       phase=run.state["phase"])
+            ok = False
+        elif open_before:
+            run.append(ev.GuardCleared(guard=name), phase=run.state["phase"])
+    return ok
+
+
+def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> Any:
+    from orchestrator.phase_api import PhaseResult
+
+    name = run.state["phase"]
+    spec, module = workflow.phase(name), workflow.modules[name]
+    interrupted = run.state["in_flight"] == name
+    if interrupted:
+        action = "reconcile" if callable(getattr(module, "reconcile", None)) else "rerun"
+        run.append(ev.PhaseInterrupted(attempt=run.state["attempts"].get(name, 0), action=action), phase=name)
+    attempt = run.state["attempts"].get(name, 0) + 1
+    run.append(ev.PhaseStarted(attempt=attempt), phase=name)
+    run.flush()
+    ctx = EngineContext(run, phase=name, templates_package=workflow.templates_package,
+                        timeout_s=spec.timeout_s, on_progress=progress)
+    ctx.interrupted = interrupted
+    entry = module.reconcile if interrupted and hasattr(module, "reconcile") else module.run
+    try:
+        result = entry(ctx)
+    except WorkerFailed as exc:
+        result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message.splitlines()[0]}",
+                             data={"error": exc.message, "log": exc.log})
+    except OrchestratorError as exc:
+        result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message}",
+                             data={"error": exc.message, "code": exc.code})
+    _complete(run, name, attempt, result)
+    return result
+
+
+def _complete(run: OpenRun, name: str, attempt: int, result: Any) -> None:
+    issues = [ev.IssueData(code=i.code, message=i.message, fix_location=i.fix_location) for i in result.issues]
+    run.append(ev.PhaseCompleted(attempt=attempt, outcome=result.outcome, summary=result.summary,
+                                 data=json_safe(result.data), issues=issues, route=result.route), phase=name)
+    for q in result.questions:
+        run.append(ev.QuestionAsked(key=q.key, prompt=q.prompt, choices=list(q.choices) if q.choices else None,
+                                    answer_schema=q.schema, human_only=q.human_only), phase=name)
+
+
+def build_machine(workflow: Workflow, state: dict[str, Any]) -> Any:
+    """A transitions.Machine for this run, positioned at the recorded state.
+
+    Triggers are ``route_<label>``; each transition's conditions are the destination's
+    gates, evaluated on the snapshot. ``model.may_route_next()`` is the dry check.
+    """
+    from transitions import Machine
+
+    model = _GateModel(workflow, state)
+    transitions = [
+        {"trigger": f"route_{label}", "source": spec.name, "dest": dest,
+         "conditions": [f"gate_open__{g}" for g in _gates_of(workflow, dest)]}
+        for spec in workflow.phases for label, dest in workflow.edges(spec).items()
+    ]
+    Machine(model=model, states=[p.name for p in workflow.phases] + [DONE], transitions=transitions,
+            initial=state["phase"], auto_transitions=False)
+    return model
+
+
+def _gates_of(workflow: Workflow, dest: str) -> tuple[str, ...]:
+    return () if dest == DONE else workflow.phase(dest).gates
+
+
+class _GateModel:
+    """The machine's model: one ``gate_open__<name>`` condition per gate of the workflow."""
+
+    def __init__(self, workflow: Workflow, state: dict[str, Any]) -> None:
+        self.snapshot = state
+        for name, gate in workflow.gates.items():
+            setattr(self, f"gate_open__{name}", lambda gate=gate: not gate(self.snapshot))
+
+
+def blocking_reasons(workflow: Workflow, state: dict[str, Any], route: str = "next") -> list[str]:
+    """Why the current phase's ``route`` edge could not be taken now (pure; writes nothing)."""
+    dest = workflow.edges(workflow.phase(state["phase"])).get(route)
+    if dest is None:
+        return [f"phase {state['phase']} has no route {route!r}"]
+    return [r for g in _gates_of(workflow, dest) for r in workflow.gates[g](state)]
+
+
+def _take_route(run: OpenRun, workflow: Workflow, route: str) -> bool:
+    source = run.state["phase"]
+    edges = workflow.edges(workflow.phase(source))
+    if route not in edges:
+        run.append(ev.GateBlocked(dest="?", reasons=[f"phase {source} returned undeclared route {route!r}"]),
+                   phase=source)
+        return False
+    model = build_machine(workflow, run.state)
+    if not getattr(model, f"may_route_{route}")():
+        run.append(ev.GateBlocked(dest=edges[route], reasons=blocking_reasons(workflow, run.state, route)),
+                   phase=source)
+        return False
+    getattr(model, f"route_{route}")()
+    run.append(ev.TransitionTaken(source=source, dest=model.state, trigger=f"route_{route}"), phase=source)
+    return True
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "options"
+        parts.append(f"--{where.replace('_', '-')}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def progress_to_stderr(message: str) -> None:
+    sys.stderr.write(message + "\n")

@@ -1,0 +1,259 @@
+"""Event models: the trail's vocabulary, one discriminated union on ``type``.
+
+Every line of ``events.jsonl`` is an envelope (seq, ts, run_id, type, actor, phase, data,
+prev_hash, hash, schema_version) whose ``data`` is typed by ``type``. Names are past tense:
+an event states what happened, never what should. The hash chain is
+``hash = sha256(prev_hash + canonical_json(event without "hash"))``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+Actor = Literal["engine", "agent", "human"]
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8, NaN refused: the bytes the chain hashes."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def chain_hash(prev_hash: str, event_without_hash: dict[str, Any]) -> str:
+    """The hash of one event given its predecessor's hash."""
+    return hashlib.sha256(prev_hash.encode("ascii") + canonical_json(event_without_hash)).hexdigest()
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IssueData(_Data):
+    code: str
+    """Stable snake_case id of the problem."""
+    message: str
+    """What is wrong, naming the culprit."""
+    fix_location: str = ""
+    """Where the skill says the fix goes."""
+
+
+class QuestionData(_Data):
+    key: str
+    """Answer key, unique among pending questions."""
+    prompt: str
+    """The question as a person reads it."""
+    choices: list[str] | None = None
+    """Allowed answers; None means free text checked against ``schema``."""
+    answer_schema: dict[str, Any] | None = None
+    """JSON Schema the answer must satisfy, if any."""
+    human_only: bool = True
+    """Only a human may answer (agent tools refuse)."""
+
+
+class RunStarted(_Data):
+    type: Literal["run_started"] = "run_started"
+    workflow: str
+    """Workflow name, e.g. "add-moe-model"."""
+    target: str
+    """Absolute path of the target git checkout."""
+    options: dict[str, Any]
+    """Validated start options."""
+    base: dict[str, Any]
+    """Target state before any edit: commit, branch, status (porcelain lines)."""
+    initial_phase: str
+    """The phase the machine starts in."""
+
+
+class PhaseStarted(_Data):
+    type: Literal["phase_started"] = "phase_started"
+    attempt: int
+    """1 for the first try of this phase, then 2, 3, ..."""
+
+
+class PhaseInterrupted(_Data):
+    type: Literal["phase_interrupted"] = "phase_interrupted"
+    attempt: int
+    """The attempt that started but never completed (the process died)."""
+    action: Literal["rerun", "reconcile"]
+    """What the engine does about it: run the phase again, or let it reconcile."""
+
+
+class PhaseCompleted(_Data):
+    type: Literal["phase_completed"] = "phase_completed"
+    attempt: int
+    outcome: Literal["passed", "needs_agent", "needs_human", "failed"]
+    summary: str
+    """One line for status."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    """The phase's findings; later phases read them."""
+    issues: list[IssueData] = Field(default_factory=list)
+    route: str = "next"
+    """The declared edge taken when passed."""
+
+
+class TransitionTaken(_Data):
+    type: Literal["transition_taken"] = "transition_taken"
+    source: str
+    dest: str
+    trigger: str
+
+
+class GateBlocked(_Data):
+    type: Literal["gate_blocked"] = "gate_blocked"
+    dest: str
+    """The phase that could not be entered."""
+    reasons: list[str]
+
+
+class GuardViolated(_Data):
+    type: Literal["guard_violated"] = "guard_violated"
+    guard: str
+    message: str
+    paths: list[str] = Field(default_factory=list)
+
+
+class GuardCleared(_Data):
+    type: Literal["guard_cleared"] = "guard_cleared"
+    guard: str
+
+
+class QuestionAsked(QuestionData):
+    type: Literal["question_asked"] = "question_asked"
+
+
+class AnswerAccepted(_Data):
+    type: Literal["answer_accepted"] = "answer_accepted"
+    key: str
+    value: Any
+    tool_call_id: str | None = None
+    """Set when an agent answered through a tool call."""
+
+
+class ArtifactWritten(_Data):
+    type: Literal["artifact_written"] = "artifact_written"
+    name: str
+    """Path under artifacts/."""
+    sha256: str
+    bytes: int
+
+
+class MeasurementRecorded(_Data):
+    type: Literal["measurement_recorded"] = "measurement_recorded"
+    name: str
+    """Metric id, e.g. "kl_div" or "wall_ms"."""
+    unit: str
+    samples: list[float]
+    """Raw values in ``unit``; never only a median."""
+    labels: dict[str, Any] = Field(default_factory=dict)
+    """What was measured: tree, tokens, dtype, ..."""
+    provenance: dict[str, Any]
+    """Command, device, versions, target commit, seed."""
+
+
+class NoteAdded(_Data):
+    type: Literal["note_added"] = "note_added"
+    kind: str
+    """devlog, decision, dead_end, skill_feedback, ..."""
+    text: str
+
+
+class WorkerFinished(_Data):
+    type: Literal["worker_finished"] = "worker_finished"
+    func: str
+    label: str
+    status: Literal["ok", "failed", "timeout"]
+    returncode: int | None
+    seconds: float
+    log: str
+    """Artifact name of the captured stdout+stderr."""
+
+
+class AgentActed(_Data):
+    type: Literal["agent_acted"] = "agent_acted"
+    tool: str
+    call_id: str
+    arguments: dict[str, Any]
+    outcome: str
+    """ok, refused: <why>, error: <why>."""
+
+
+class PatchApplied(_Data):
+    type: Literal["patch_applied"] = "patch_applied"
+    patch_id: str
+    label: str
+    diff: str
+    """Artifact name of the diff."""
+    files: dict[str, dict[str, str | None]]
+    """Path -> {"before": blob sha or None, "after": blob sha or None}."""
+
+
+class PatchReverted(_Data):
+    type: Literal["patch_reverted"] = "patch_reverted"
+    patch_ids: list[str]
+    files: dict[str, str | None]
+    """Path -> blob sha after the revert (must equal the base)."""
+
+
+class RecordAdded(_Data):
+    type: Literal["record_added"] = "record_added"
+    kind: str
+    """Workflow-specific record kind, e.g. "gap_row" or "candidate"."""
+    record: dict[str, Any]
+
+
+class RunAborted(_Data):
+    type: Literal["run_aborted"] = "run_aborted"
+    reason: str
+
+
+class RunFinished(_Data):
+    type: Literal["run_finished"] = "run_finished"
+    summary: str
+
+
+EventData = Annotated[
+    Union[
+        RunStarted, PhaseStarted, PhaseInterrupted, PhaseCompleted, TransitionTaken,
+        GateBlocked, GuardViolated, GuardCleared, QuestionAsked, AnswerAccepted,
+        ArtifactWritten, MeasurementRecorded, NoteAdded, WorkerFinished, AgentActed,
+        PatchApplied, PatchReverted, RecordAdded, RunAborted, RunFinished,
+    ],
+    Field(discriminator="type"),
+]
+
+
+class Event(BaseModel):
+    """One line of events.jsonl."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    seq: int
+    """0, 1, 2, ... with no gaps."""
+    ts: str
+    """UTC ISO-8601 time the engine appended the event."""
+    run_id: str
+    type: str
+    """Equals data.type."""
+    actor: Actor
+    phase: str | None
+    """Phase the event belongs to, or None for run-level events."""
+    data: EventData
+    prev_hash: str
+    """Hash of the previous event; 64 zeros for the first."""
+    hash: str
+
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+DATA_TYPES: dict[str, type[_Data]] = {
+    cls.model_fields["type"].default: cls
+    for cls in _Data.__subclasses__()
+    if "type" in cls.model_fields
+} | {"question_asked": QuestionAsked}

@@ -1,0 +1,65 @@
+"""GitPython helpers the engine and guards share: base capture, changed paths, blob hashes.
+
+Imports GitPython lazily so that read-only commands (status, audit) do not pay for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UsageError
+
+
+def open_repo(path: str | Path) -> Any:
+    """The git.Repo at ``path`` (its top level); UsageError when it is not a git checkout."""
+    import git
+
+    try:
+        repo = git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UsageError(f"{path} is not a git checkout; pass the root of a git repository") from None
+    if repo.bare:
+        raise UsageError(f"{path} is a bare repository; pass a checkout with a work tree")
+    return repo
+
+
+def capture_base(path: str | Path) -> dict[str, Any]:
+    """Commit, branch (None when detached) and `git status --porcelain` lines before any edit."""
+    repo = open_repo(path)
+    try:
+        commit = repo.head.commit.hexsha
+    except ValueError:
+        raise UsageError(f"{path} has no commits; commit the pristine tree first") from None
+    branch = None if repo.head.is_detached else repo.active_branch.name
+    status = repo.git.status("--porcelain", "--untracked-files=all").splitlines()
+    return {"commit": commit, "branch": branch, "status": status}
+
+
+def changed_paths(path: str | Path, base_commit: str) -> list[str]:
+    """Paths that differ from ``base_commit``: committed since, staged, unstaged or untracked."""
+    repo = open_repo(path)
+    tracked = repo.git.diff("--name-only", base_commit, "--").splitlines()
+    untracked = repo.untracked_files
+    return sorted(set(tracked) | set(untracked))
+
+
+def blob_hash(path: str | Path, relpath: str) -> str | None:
+    """`git hash-object` of the working-tree file, or None when it does not exist."""
+    file = Path(path) / relpath
+    if not file.is_file():
+        return None
+    return open_repo(path).git.hash_object(str(file))
+
+
+def base_blob_hash(path: str | Path, base_commit: str, relpath: str) -> str | None:
+    """The blob id of ``relpath`` at ``base_commit``, or None when it did not exist there."""
+    repo = open_repo(path)
+    try:
+        return repo.git.rev_parse(f"{base_commit}:{relpath}")
+    except Exception:  # noqa: BLE001 (git exits 128 for a missing path)
+        return None
+
+
+def head_commit(path: str | Path) -> str:
+    return open_repo(path).head.commit.hexsha

@@ -1,0 +1,136 @@
+"""The contract between the engine and a workflow's phases.
+
+A phase is a module with ``run(ctx: PhaseContext) -> PhaseResult`` (and optionally
+``reconcile(ctx) -> PhaseResult`` for a restart after a crash). The engine owns the
+trail: a phase never opens ``events.jsonl``; it reports through the context, whose
+methods append events at once (so nothing is lost if the process dies mid-phase).
+
+Heavy work (torch, torchtitan, transformers) never runs in the engine process: a phase
+hands it to ``ctx.call_worker("pkg.module:function", request)``, which runs the function
+in a fresh subprocess of the target's Python with the target checkout first on
+``sys.path`` and returns its JSON answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+Outcome = Literal["passed", "needs_agent", "needs_human", "failed"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Issue:
+    """Something the agent (or a human) must fix before the phase can pass.
+
+    Attributes:
+        code: stable snake_case id, e.g. "router_bias_key_unmapped".
+        message: what is wrong, naming the culprit.
+        fix_location: where the skill says the fix goes, e.g. "state_dict_adapter.py".
+    """
+
+    code: str
+    message: str
+    fix_location: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Question:
+    """A pause point. ``human_only`` questions cannot be answered through agent tools.
+
+    Attributes:
+        key: answer key, e.g. "branch".
+        prompt: the question as a person reads it.
+        choices: allowed answers, or None for free text / ``schema``.
+        schema: optional JSON Schema the answer must satisfy (string answers are parsed
+            as JSON first when the schema is not of type string).
+        human_only: True when only a human may answer (branch, commit, core change, PRs).
+    """
+
+    key: str
+    prompt: str
+    choices: tuple[str, ...] | None = None
+    schema: dict[str, Any] | None = None
+    human_only: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseResult:
+    """What a phase reports back. The engine turns it into events and a transition.
+
+    Attributes:
+        outcome: passed (take ``route``), needs_agent (exit 4), needs_human (exit 3,
+            ``questions`` required), failed (exit 1).
+        summary: one line for ``status``.
+        data: JSON-able findings, kept in the trail and visible to later phases as
+            ``ctx.results[phase]``.
+        issues: what must be fixed (needs_agent / failed).
+        questions: what a human (or agent) must answer (needs_human / needs_agent).
+        route: which declared edge to follow when passed ("next" = the next phase).
+    """
+
+    outcome: Outcome
+    summary: str
+    data: dict[str, Any] = field(default_factory=dict)
+    issues: tuple[Issue, ...] = ()
+    questions: tuple[Question, ...] = ()
+    route: str = "next"
+
+
+class PhaseContext(Protocol):
+    """What a phase may read and do. Implemented by the engine."""
+
+    run_id: str
+    workflow: str
+    phase: str
+    target: Path
+    """Absolute path of the target repository (a git checkout)."""
+    options: dict[str, Any]
+    """Validated start options of the workflow."""
+    answers: dict[str, Any]
+    """Answers given so far, by question key."""
+    results: dict[str, dict[str, Any]]
+    """``data`` of the latest completed attempt of each earlier phase."""
+    base: dict[str, Any]
+    """Target state recorded at start: {"commit", "branch", "status"}."""
+    attempt: int
+    """1 for the first try of this phase in this run, then 2, 3, ..."""
+    interrupted: bool
+    """True when the previous attempt of this phase died before completing."""
+    artifacts_dir: Path
+
+    def write_artifact(self, name: str, content: str | bytes) -> str:
+        """Write ``artifacts/<name>`` atomically and record it with its sha256; returns name."""
+
+    def record_measurement(
+        self,
+        *,
+        name: str,
+        unit: str,
+        samples: list[float],
+        provenance: dict[str, Any],
+        labels: dict[str, Any] | None = None,
+    ) -> None:
+        """Record one metric with all raw samples and its provenance (device, versions, ...)."""
+
+    def note(self, text: str, *, kind: str = "devlog") -> None:
+        """Append a timestamped note (devlog entry, decision, dead end)."""
+
+    def progress(self, message: str) -> None:
+        """Show progress on a terminal (stderr); never recorded."""
+
+    def call_worker(
+        self, func: str, request: dict[str, Any], *, timeout_s: float = 900, label: str = ""
+    ) -> dict[str, Any]:
+        """Run ``func`` ("pkg.mod:fn") in a fresh subprocess; stdout/stderr become an artifact.
+
+        Raises:
+            WorkerFailed: the worker exited non-zero, timed out or wrote no answer.
+        """
+
+    def render(self, template: str, **values: Any) -> str:
+        """Render a jinja2 template shipped with the workflow (StrictUndefined)."""
+
+    def record(self, event_type: str, **data: Any) -> None:
+        """Append a workflow-specific event (e.g. "patch_applied") with ``data``."""

@@ -1,0 +1,120 @@
+"""Run phase work in a fresh subprocess of the target's Python (JSON in, JSON out).
+
+The child runs ``python -m orchestrator.worker_main FUNC IN OUT`` with the target
+checkout first on ``PYTHONPATH`` and as its working directory, so the code an agent just
+edited is the code that runs. stdout and stderr go to one log file (kept as an artifact by
+the caller); ``@@progress`` lines from stderr are shown live. A worker that exits non-zero,
+times out, or leaves no answer file raises ``WorkerFailed`` and its log ends with a
+``FAILED`` marker line so nobody mistakes an earlier result for this run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator import progress
+from orchestrator.errors import WorkerFailed
+
+PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerRun:
+    """How one worker call ended."""
+
+    answer: dict[str, Any] | None
+    status: str
+    """ok, failed or timeout."""
+    returncode: int | None
+    seconds: float
+    log: bytes
+
+
+def worker_env(target: Path, extra_paths: tuple[str, ...] = ()) -> dict[str, str]:
+    """Environment of a worker: target first on PYTHONPATH, then this project."""
+    env = dict(os.environ)
+    paths = [str(target), *extra_paths, PROJECT_ROOT]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return env
+
+
+def run_worker(
+    func: str,
+    request: dict[str, Any],
+    *,
+    target: Path,
+    python: str = sys.executable,
+    timeout_s: float = 900.0,
+    on_progress: Callable[[str], None] | None = None,
+) -> WorkerRun:
+    """Run ``func(request)`` in a fresh process; never raises for the child's failures."""
+    with tempfile.TemporaryDirectory(prefix="orchestrator-worker-") as tmp:
+        request_path, answer_path = Path(tmp, "request.json"), Path(tmp, "answer.json")
+        request_path.write_text(json.dumps(request))
+        command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]
+        started = time.monotonic()
+        child = subprocess.Popen(
+            command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log = bytearray()
+        reader = threading.Thread(target=_pump, args=(child, log, on_progress), daemon=True)
+        reader.start()
+        status = "ok"
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        reader.join(timeout=10)
+        seconds = time.monotonic() - started
+        answer = _read_answer(answer_path) if status == "ok" and child.returncode == 0 else None
+        if status == "ok" and answer is None:
+            status = "failed"
+        if status != "ok":
+            log += f"\nFAILED {func} status={status} returncode={child.returncode} after {seconds:.1f}s\n".encode()
+        return WorkerRun(answer=answer, status=status, returncode=child.returncode,
+                         seconds=seconds, log=bytes(log))
+
+
+def _pump(child: subprocess.Popen, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
+    assert child.stdout is not None
+    for raw in iter(child.stdout.readline, b""):
+        log += raw
+        message = progress.parse(raw.decode("utf-8", "replace").rstrip("\n"))
+        if message is not None and on_progress is not None:
+            on_progress(message)
+
+
+def _read_answer(path: Path) -> dict[str, Any] | None:
+    try:
+        answer = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) else {"value": answer}
+
+
+def failure(func: str, run: WorkerRun, *, log_name: str) -> WorkerFailed:
+    """The error to raise for a failed run, quoting the end of its log."""
+    tail = run.log.decode("utf-8", "replace").strip().splitlines()[-12:]
+    return WorkerFailed(
+        f"worker {func} {run.status} (exit {run.returncode}) after {run.seconds:.1f}s; "
+        f"log: artifacts/{log_name}; last lines:\n" + "\n".join(tail),
+        log=log_name, status=run.status,
+    )

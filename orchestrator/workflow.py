@@ -1,0 +1,203 @@
+"""Workflows as data: an ordered table of phases with named gates and declared edges.
+
+A ``Workflow`` is checked when it is built (import time): every phase module is
+imported and must expose ``run``; every gate name must be known; every route must lead
+to a phase or to "done"; every phase must be reachable. All problems are reported at
+once in one ``WorkflowDefinitionError``. The engine turns the table into a
+``transitions.Machine`` per run; this module only describes it.
+
+Edges of a phase: each entry of ``routes`` (label -> dest, "next" by default) is taken
+when the phase passes; "needs agent", "needs human" and "failed" keep the run in the
+phase (a later ``advance``/``resume`` runs it again).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Mapping
+
+from pydantic import BaseModel
+
+from orchestrator.errors import UsageError, WorkflowDefinitionError
+
+DONE = "done"
+Gate = Callable[[dict[str, Any]], list[str]]
+"""Takes the run snapshot; returns the reasons the phase may not be entered (empty = open)."""
+Rule = Callable[[list[dict[str, Any]], dict[str, Any]], list[tuple[int, str]]]
+"""Audit rule: takes (events, snapshot); returns (seq, message) violations."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Violation:
+    """A guard's finding: the run may not advance while it holds."""
+
+    message: str
+    paths: tuple[str, ...] = ()
+
+
+Guard = Callable[[dict[str, Any]], Violation | None]
+"""Runs at every advance with the snapshot (target, base, options); None = fine."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prepared:
+    """What a workflow's ``prepare`` hands the engine before a run exists.
+
+    Attributes:
+        target: absolute path of the git checkout the run works on.
+        options: the options to record (normalized, e.g. resolved paths).
+        answers: questions already answered on the command line (key -> value).
+    """
+
+    target: str
+    options: dict[str, Any]
+    answers: dict[str, Any] = field(default_factory=dict)
+
+
+Prepare = Callable[[Any, str], Prepared]
+"""``prepare(options_model, state_dir)``: validate input, make the workspace; raise UsageError."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseSpec:
+    """One row of the workflow table.
+
+    Attributes:
+        name: state name, e.g. "probe".
+        module: dotted module with ``run(ctx) -> PhaseResult`` (and optional ``reconcile``).
+        title: one line for ``graph`` and ``status``.
+        gates: gate names that must be open to enter this phase.
+        routes: extra edges taken on "passed": label -> dest phase (or "done").
+        timeout_s: wall-clock budget for one worker call of this phase.
+    """
+
+    name: str
+    module: str
+    title: str = ""
+    gates: tuple[str, ...] = ()
+    routes: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 1800.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workflow:
+    """A skill as a table; see the module docstring."""
+
+    name: str
+    description: str
+    phases: tuple[PhaseSpec, ...]
+    options: type[BaseModel]
+    prepare: Prepare
+    gates: Mapping[str, Gate] = field(default_factory=dict)
+    guards: Mapping[str, Guard] = field(default_factory=dict)
+    rules: Mapping[str, Rule] = field(default_factory=dict)
+    templates_package: str = "phases"
+    modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        problems = self._check_table() + self._load_modules()
+        if problems:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name} has {len(problems)} problem(s): " + "; ".join(problems)
+            )
+
+    @property
+    def initial(self) -> str:
+        return self.phases[0].name
+
+    def phase(self, name: str) -> PhaseSpec:
+        return next(p for p in self.phases if p.name == name)
+
+    def edges(self, spec: PhaseSpec) -> dict[str, str]:
+        """Every route of a phase, with "next" defaulting to the following row (or done)."""
+        index = self.phases.index(spec)
+        following = self.phases[index + 1].name if index + 1 < len(self.phases) else DONE
+        return {"next": following, **dict(spec.routes)}
+
+    def _check_table(self) -> list[str]:
+        problems: list[str] = []
+        if not self.phases:
+            return ["no phases"]
+        names = [p.name for p in self.phases]
+        problems += [f"phase {n!r} declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        if DONE in names:
+            problems.append(f"{DONE!r} is reserved for the final state")
+        for spec in self.phases:
+            problems += [f"phase {spec.name!r}: gate {g!r} unknown" for g in spec.gates if g not in self.gates]
+            for label, dest in spec.routes.items():
+                if dest not in names and dest != DONE:
+                    problems.append(f"phase {spec.name!r}: route {label!r} leads to unknown phase {dest!r}")
+        reachable = self._reachable()
+        problems += [f"phase {n!r} unreachable" for n in names if n not in reachable]
+        return problems
+
+    def _reachable(self) -> set[str]:
+        seen, todo = set(), [self.phases[0].name]
+        known = {p.name for p in self.phases}
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in known:
+                continue
+            seen.add(name)
+            todo.extend(self.edges(self.phase(name)).values())
+        return seen
+
+    def _load_modules(self) -> list[str]:
+        problems = []
+        for spec in self.phases:
+            try:
+                module = importlib.import_module(spec.module)
+            except ImportError as exc:
+                problems.append(f"phase {spec.name!r}: cannot import {spec.module} ({exc})")
+                continue
+            if not callable(getattr(module, "run", None)):
+                problems.append(f"phase {spec.name!r}: {spec.module} has no run(ctx)")
+            self.modules[spec.name] = module
+        return problems
+
+    def mermaid(self) -> str:
+        """The table as a mermaid flowchart: solid edges on pass, dotted self-loops for waits."""
+        lines = ["flowchart TD"]
+        for spec in self.phases:
+            label = spec.title or spec.name
+            gates = f"<br/>gates: {', '.join(spec.gates)}" if spec.gates else ""
+            lines.append(f'  {spec.name}["{spec.name}: {label}{gates}"]')
+        lines.append(f"  {DONE}([done])")
+        for spec in self.phases:
+            for label, dest in self.edges(spec).items():
+                lines.append(f"  {spec.name} -->|{label}| {dest}")
+            lines.append(f"  {spec.name} -.->|needs agent / human / failed| {spec.name}")
+        return "\n".join(lines) + "\n"
+
+
+BUILTIN_WORKFLOWS = {
+    "add-moe-model": "phases.add_moe_model:WORKFLOW",
+    "local-compile-perf": "phases.local_compile_perf:WORKFLOW",
+}
+
+
+def workflow_refs() -> dict[str, str]:
+    """Known workflows: the built-in ones plus ORCHESTRATOR_WORKFLOWS="name=mod:attr,...".
+
+    The environment hook lets tests and users plug in a workflow without editing the engine.
+    """
+    refs = dict(BUILTIN_WORKFLOWS)
+    for item in filter(None, os.environ.get("ORCHESTRATOR_WORKFLOWS", "").split(",")):
+        name, _, ref = item.partition("=")
+        refs[name.strip()] = ref.strip()
+    return refs
+
+
+def load_workflow(name: str) -> Workflow:
+    """Import and return the workflow called ``name``; UsageError if unknown."""
+    refs = workflow_refs()
+    if name not in refs:
+        raise UsageError(f"unknown workflow {name!r}; known: {', '.join(sorted(refs))}")
+    module_name, _, attr = refs[name].partition(":")
+    workflow = getattr(importlib.import_module(module_name), attr)
+    if not isinstance(workflow, Workflow):
+        raise UsageError(f"{refs[name]} is not a Workflow")
+    return workflow
