@@ -70,7 +70,7 @@ def run_worker(
         started = time.monotonic()
         child = subprocess.Popen(
             command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
         log = bytearray()
         reader = threading.Thread(target=_pump, args=(child, log, on_progress), daemon=True)
@@ -91,6 +91,16 @@ def run_worker(
             log += f"\nFAILED {func} status={status} returncode={child.returncode} after {seconds:.1f}s\n".encode()
         return WorkerRun(answer=answer, status=status, returncode=child.returncode,
                          seconds=seconds, log=bytes(log))
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the engine dies, so no orphan keeps working."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def _pump(child: subprocess.Popen, log: bytearray, on_progress: Callable[[str], None] | None) -> None:

@@ -72,6 +72,9 @@ class PhaseSpec:
         gates: gate names that must be open to enter this phase.
         routes: extra edges taken on "passed": label -> dest phase (or "done").
         timeout_s: wall-clock budget for one worker call of this phase.
+        allowed_paths: path prefixes (relative to the target) an agent may edit while the
+            run waits in this phase; empty means no edits at all.
+        agent_notes: the skill's rules for this phase, written for an agent to read.
     """
 
     name: str
@@ -80,6 +83,8 @@ class PhaseSpec:
     gates: tuple[str, ...] = ()
     routes: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 1800.0
+    allowed_paths: tuple[str, ...] = ()
+    agent_notes: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

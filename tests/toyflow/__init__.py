@@ -23,7 +23,9 @@ class ToyOptions(BaseModel):
     color: str | None = None
     sleep: float = 0.0
     worker: str = "ok"
-    """ok | die (the worker kills itself) | slow (sleeps ``sleep`` seconds)."""
+    """ok | die (the worker kills itself) | slow (sleeps ``sleep`` seconds once per marker)."""
+    marker: str = ""
+    """File a slow worker creates before sleeping; when it exists the worker does not sleep."""
 
 
 def prepare(options: ToyOptions, state_dir: str) -> Prepared:

@@ -9,7 +9,7 @@ def square(request):
     report("squaring")
     if request["mode"] == "die":
         os.kill(os.getpid(), signal.SIGKILL)
-    if request["mode"] == "slow":
-        print("WORKER-SLEEPING", flush=True)
+    if request["mode"] == "slow" and not os.path.exists(request["marker"]):
+        open(request["marker"], "w").close()
         time.sleep(request["sleep"])
     return {"square": request["n"] ** 2, "pid": os.getpid()}

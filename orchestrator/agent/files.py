@@ -1,0 +1,167 @@
+"""Scoped file access for agents: reads stay inside the run's target, writes inside the phase's scope.
+
+Every path an agent names goes through ``resolve_in_target`` first: relative paths are taken
+from the target's root, ``..`` components and ``.git`` are refused outright, an absolute path
+is accepted only when it lies inside the target, and the path is resolved through symlinks
+before it is compared, so a link that points outside (or from ``allowed/`` back into the
+rest of the tree) cannot be used to escape. Writes (``write_text``, ``apply_unified_diff``)
+must also land under one of the phase's ``allowed_paths``. The same check backs the
+``orchestrator check-path`` hook; the engine's guards re-check the tree from git at every
+advance, so this module is a live fence, not the referee.
+
+stdlib only (git runs as a subprocess): the CLI's hook command must start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from orchestrator.errors import UsageError
+
+MAX_READ_CHARS = 60_000
+
+
+class ScopeRefused(UsageError):
+    """An agent named a path it may not read or write; nothing was touched."""
+
+    code = "scope_refused"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scope:
+    """Where an agent may work in one run right now.
+
+    Attributes:
+        target: absolute path of the run's git checkout, e.g. "/work/torchtitan".
+        phase: the phase the run waits in, e.g. "fix".
+        allowed_paths: prefixes relative to the target an agent may edit, e.g. ("allowed/",).
+    """
+
+    target: Path
+    phase: str
+    allowed_paths: tuple[str, ...]
+
+
+def resolve_in_target(target: Path, path: str) -> tuple[Path, str]:
+    """(resolved absolute path, POSIX path relative to the target); ScopeRefused on any escape."""
+    root = target.resolve()
+    if not path or "\x00" in path:
+        raise ScopeRefused("empty path; name a file relative to the run's target")
+    raw = PurePosixPath(path.replace(os.sep, "/"))
+    if ".." in raw.parts:
+        raise ScopeRefused(f"{path!r} contains '..'; name the file relative to the target {root} without '..'")
+    if raw.is_absolute():
+        try:
+            raw = PurePosixPath(Path(path).relative_to(root).as_posix())
+        except ValueError:
+            raise ScopeRefused(f"{path!r} is an absolute path outside the target {root}") from None
+    resolved = (root / raw).resolve()
+    try:
+        relative = resolved.relative_to(root).as_posix()
+    except ValueError:
+        raise ScopeRefused(f"{path!r} leads outside the target {root} through a symlink "
+                           f"(it resolves to {resolved})") from None
+    if ".git" in PurePosixPath(relative).parts or ".git" in raw.parts:
+        raise ScopeRefused(f"{path!r} is inside .git; the repository's metadata is not the agent's to touch")
+    return resolved, relative
+
+
+def in_allowed(relative: str, allowed_paths: tuple[str, ...]) -> bool:
+    """True when ``relative`` is one of the prefixes or lies below one ("allowed/" covers "allowed/x")."""
+    for prefix in allowed_paths:
+        stem = prefix.rstrip("/")
+        if stem in ("", ".") or relative == stem or relative.startswith(stem + "/"):
+            return True
+    return False
+
+
+def check_writable(scope: Scope, path: str) -> tuple[Path, str]:
+    """Resolve ``path`` and require it under the phase's allowed paths (checked after symlinks)."""
+    if not scope.allowed_paths:
+        raise ScopeRefused(f"phase {scope.phase} allows no edits (its PhaseSpec.allowed_paths is empty); "
+                           f"{path!r} was not written")
+    resolved, relative = resolve_in_target(scope.target, path)
+    literal = PurePosixPath(path.replace(os.sep, "/"))
+    literal_rel = relative if literal.is_absolute() else literal.as_posix()
+    for name in {relative, literal_rel}:
+        if not in_allowed(name, scope.allowed_paths):
+            raise ScopeRefused(f"{name!r} is outside the paths phase {scope.phase} allows "
+                               f"({', '.join(scope.allowed_paths)}); edit there instead")
+    return resolved, relative
+
+
+def read_text(scope: Scope, path: str, *, offset: int = 0, max_chars: int = 20_000) -> dict[str, object]:
+    """A file's text from ``offset`` (at most ``max_chars``), or a directory's entries."""
+    resolved, relative = resolve_in_target(scope.target, path)
+    if resolved.is_dir():
+        entries = sorted(p.name + ("/" if p.is_dir() else "") for p in resolved.iterdir() if p.name != ".git")
+        return {"path": relative or ".", "kind": "directory", "entries": entries}
+    if not resolved.is_file():
+        raise ScopeRefused(f"{relative!r} does not exist in the target {scope.target}")
+    text = resolved.read_text(encoding="utf-8", errors="replace")
+    limit = max(1, min(max_chars, MAX_READ_CHARS))
+    chunk = text[offset:offset + limit]
+    following = offset + len(chunk)
+    return {"path": relative, "kind": "file", "total_chars": len(text), "offset": offset, "text": chunk,
+            "next_offset": following if following < len(text) else None}
+
+
+def write_text(scope: Scope, path: str, content: str) -> dict[str, object]:
+    """Create or replace a file under the allowed paths (parents are created)."""
+    resolved, relative = check_writable(scope, path)
+    if resolved.is_dir():
+        raise ScopeRefused(f"{relative!r} is a directory; name a file")
+    resolved.parent.mkdir(parents=True, exist_ok=True)
+    existed = resolved.exists()
+    resolved.write_text(content, encoding="utf-8")
+    return {"path": relative, "created": not existed, "chars": len(content)}
+
+
+def apply_unified_diff(scope: Scope, diff: str) -> dict[str, object]:
+    """Apply a unified diff with ``git apply`` after checking every path git says it would touch."""
+    if not diff.strip():
+        raise ScopeRefused("the diff is empty")
+    if not diff.endswith("\n"):
+        diff += "\n"
+    paths = diff_paths(scope.target, diff)
+    if not paths:
+        raise ScopeRefused("git found no file changes in the diff; send a unified diff (--- a/x, +++ b/x, @@ hunks)")
+    for path in paths:
+        check_writable(scope, path)
+    _git_apply(scope.target, diff, "--check")
+    _git_apply(scope.target, diff)
+    return {"paths": paths}
+
+
+def diff_paths(target: Path, diff: str) -> list[str]:
+    """Every path (old and new names of renames included) ``git apply`` would touch."""
+    out = _git_apply(target, diff, "--numstat", "-z")
+    fields = out.split("\0")
+    paths: list[str] = []
+    index = 0
+    while index < len(fields):
+        field = fields[index]
+        if not field:
+            index += 1
+            continue
+        counts = field.split("\t")
+        if len(counts) >= 3 and counts[2]:
+            paths.append(counts[2])
+            index += 1
+        else:
+            # NOTE: with -z a rename prints "added\tdeleted\t" then old and new names as fields.
+            paths += [p for p in fields[index + 1:index + 3] if p]
+            index += 3
+    return sorted(set(paths))
+
+
+def _git_apply(target: Path, diff: str, *flags: str) -> str:
+    proc = subprocess.run(["git", "-C", str(target), "apply", "--whitespace=nowarn", *flags],
+                          input=diff, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]
+        raise ScopeRefused(f"the diff does not apply to {target}: {reason}")
+    return proc.stdout

@@ -1,0 +1,85 @@
+"""Shared fixtures: an isolated environment, real git repos, and a CLI runner.
+
+Every test runs with NO_COLOR, COLUMNS=80, an isolated global git config and its own
+state dir, so output is deterministic and nothing leaks from the developer's machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = "toy=tests.toyflow:WORKFLOW"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def isolation(tmp_path_factory: pytest.TempPathFactory) -> None:
+    home = tmp_path_factory.mktemp("home")
+    gitconfig = home / ".gitconfig"
+    gitconfig.write_text("[user]\n\tname = Test\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n")
+    for key in [k for k in os.environ if k.startswith("GIT_")]:
+        del os.environ[key]
+    os.environ.update(
+        NO_COLOR="1", COLUMNS="80", GIT_CONFIG_GLOBAL=str(gitconfig), GIT_CONFIG_NOSYSTEM="1",
+        ORCHESTRATOR_WORKFLOWS=TOY, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    os.environ.pop("ORCHESTRATOR_STATE_DIR", None)
+    os.environ.pop("ANTHROPIC_API_KEY", None)
+
+
+def make_repo(path: Path, files: dict[str, str], *, message: str = "init") -> Any:
+    """A real git repository at ``path`` holding ``files`` (dedented), committed once."""
+    import git
+
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        file = path / name
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(textwrap.dedent(text))
+    repo = git.Repo.init(path, initial_branch="main")
+    repo.git.add(A=True)
+    repo.index.commit(message)
+    return repo
+
+
+@pytest.fixture
+def toy_repo(tmp_path: Path) -> Path:
+    target = tmp_path / "target"
+    make_repo(target, {"a.txt": "hello\n", "allowed/README": "edit here\n"})
+    return target
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+def cli(*args: str, state_dir: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess (the way users and agents run it)."""
+    command = [sys.executable, "-m", "orchestrator.cli", *args]
+    if state_dir is not None:
+        command += ["--state-dir", str(state_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def invoke():
+    """In-process CLI (click's CliRunner) for fast tests; exceptions propagate."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    return run

@@ -1,0 +1,115 @@
+"""The trail: hash chain, replay == snapshot, tamper detection that names the seq."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator import engine
+from orchestrator.audit import audit_run
+from orchestrator.events import GENESIS_HASH, canonical_json
+from orchestrator.snapshot import replay
+from orchestrator.store import RunStore
+
+
+@pytest.fixture
+def finished_run(toy_repo: Path, state_dir: Path) -> tuple[RunStore, str]:
+    store = RunStore(state_dir)
+    run_id = engine.start("toy", {"target": str(toy_repo), "color": "red"}, store=store).run_id
+    (toy_repo / "allowed" / "fixed.txt").write_text("done\n")
+    outcome = engine.advance(run_id, store=store)
+    assert outcome.state["status"] == "done", outcome.state
+    return store, run_id
+
+
+def lines_of(store: RunStore, run_id: str) -> list[str]:
+    return (store.run_dir(run_id) / "events.jsonl").read_text().splitlines()
+
+
+def write_lines(store: RunStore, run_id: str, lines: list[str]) -> None:
+    (store.run_dir(run_id) / "events.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+def test_chain_is_recomputable_without_our_code(finished_run):
+    store, run_id = finished_run
+    prev = GENESIS_HASH
+    for seq, line in enumerate(lines_of(store, run_id)):
+        event = json.loads(line)
+        body = {k: v for k, v in event.items() if k != "hash"}
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert event["seq"] == seq and event["prev_hash"] == prev
+        assert event["hash"] == hashlib.sha256((prev + text).encode()).hexdigest()
+        prev = event["hash"]
+
+
+def test_snapshot_equals_replay(finished_run):
+    store, run_id = finished_run
+    stored = json.loads((store.run_dir(run_id) / "run.json").read_text())
+    assert stored == replay(store.read_events(run_id), run_id=run_id)
+    assert stored["phase"] == "done" and stored["measurements"] == 1
+    assert audit_run(store.run_dir(run_id)) == []
+
+
+def test_canonical_json_refuses_nan():
+    with pytest.raises(ValueError):
+        canonical_json({"x": float("nan")})
+
+
+def test_edit_is_detected_at_its_seq(finished_run):
+    store, run_id = finished_run
+    lines = lines_of(store, run_id)
+    event = json.loads(lines[5])
+    event["actor"] = "human"
+    lines[5] = json.dumps(event, sort_keys=True, separators=(",", ":"))
+    write_lines(store, run_id, lines)
+    findings = audit_run(store.run_dir(run_id))
+    assert any(f.seq == 5 and f.check == "chain" and "edited" in f.message for f in findings), findings
+
+
+def test_delete_is_detected(finished_run):
+    store, run_id = finished_run
+    lines = lines_of(store, run_id)
+    del lines[4]
+    write_lines(store, run_id, lines)
+    findings = audit_run(store.run_dir(run_id))
+    assert any(f.seq == 5 and "expected 4" in f.message for f in findings), findings
+
+
+def test_reorder_is_detected(finished_run):
+    store, run_id = finished_run
+    lines = lines_of(store, run_id)
+    lines[3], lines[4] = lines[4], lines[3]
+    write_lines(store, run_id, lines)
+    seqs = {f.seq for f in audit_run(store.run_dir(run_id))}
+    assert {3, 4} <= seqs
+
+
+def test_truncated_last_line_is_detected(finished_run):
+    store, run_id = finished_run
+    path = store.run_dir(run_id) / "events.jsonl"
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-40])
+    findings = audit_run(store.run_dir(run_id))
+    last = len(raw.splitlines()) - 1
+    assert any(f.seq == last and "truncated" in f.message for f in findings), findings
+
+
+def test_tampered_artifact_and_snapshot_are_detected(finished_run):
+    store, run_id = finished_run
+    run_dir = store.run_dir(run_id)
+    (run_dir / "artifacts" / "square.json").write_text('{"square": 50}\n')
+    state = json.loads((run_dir / "run.json").read_text())
+    state["phase"] = "work"
+    (run_dir / "run.json").write_text(json.dumps(state))
+    checks = {f.check for f in audit_run(run_dir)}
+    assert {"artifact", "snapshot"} <= checks
+
+
+def test_stale_snapshot_after_crash_is_rebuilt_from_the_log(finished_run):
+    store, run_id = finished_run
+    run_dir = store.run_dir(run_id)
+    (run_dir / "run.json").write_text("{}")
+    assert store.read_state(run_id)["status"] == "done"
