@@ -192,7 +192,7 @@ def status_cmd(settings: _Settings, run_id: str | None) -> int:
         emit_json(status_view(state))
     else:
         print(status_text(state))
-    from orchestrator.engine import exit_code_for
+    from orchestrator.snapshot import exit_code_for
 
     return exit_code_for(state)
 
@@ -234,8 +234,10 @@ def show_cmd(settings: _Settings, run_id: str, last_events: int) -> int:
 
 @command(main, "audit")
 @click.argument("run_id")
-def audit_cmd(settings: _Settings, run_id: str) -> int:
-    """Verify RUN's trail: hash chain, schema, run.json, artifacts, workflow rules."""
+@click.option("--schema/--no-schema", default=False, show_default=True,
+              help="Also validate every event against its pydantic model (slow on long trails).")
+def audit_cmd(settings: _Settings, run_id: str, schema: bool) -> int:
+    """Verify RUN's trail: hash chain, run.json, artifacts, workflow rules (and schema)."""
     from orchestrator.audit import audit_run
     from orchestrator.render import emit_json
     from orchestrator.workflow import load_workflow
@@ -243,7 +245,7 @@ def audit_cmd(settings: _Settings, run_id: str) -> int:
     store = settings.store()
     run_dir = store.run_dir(run_id)
     rules = _rules_for(store, run_id, load_workflow)
-    findings = audit_run(run_dir, rules=rules)
+    findings = audit_run(run_dir, rules=rules, schema=schema)
     if settings.as_json:
         emit_json({"run_id": run_id, "ok": not findings,
                    "findings": [{"seq": f.seq, "check": f.check, "message": f.message} for f in findings]})
@@ -251,14 +253,15 @@ def audit_cmd(settings: _Settings, run_id: str) -> int:
         for f in findings:
             print(f"seq {f.seq if f.seq is not None else '-':>6}  {f.check:18} {f.message}")
     else:
-        print(f"{run_id}: trail intact (chain, schema, run.json, artifacts, rules)")
+        checked = "chain, schema, run.json, artifacts, rules" if schema else "chain, run.json, artifacts, rules"
+        print(f"{run_id}: trail intact ({checked})")
     return EXIT_FAILED if findings else EXIT_OK
 
 
 def _rules_for(store: Any, run_id: str, load_workflow: Callable) -> dict[str, Any]:
     """The workflow's audit rules, if the trail's first line names a known workflow."""
     try:
-        workflow = store.read_events(run_id)[0]["data"]["workflow"]
+        workflow = store.read_first_event(run_id)["data"]["workflow"]
         return dict(load_workflow(workflow).rules)
     except (OrchestratorError, KeyError, IndexError):
         return {}
@@ -295,7 +298,7 @@ def _register_plugins() -> None:
     """Commands that live in their own modules (patch ledger, candidates, agent, mcp)."""
     import importlib
 
-    for module in ("orchestrator.cli_extra",):
+    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent"):
         try:
             importlib.import_module(module).register(main, command)
         except ModuleNotFoundError as exc:

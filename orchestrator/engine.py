@@ -18,11 +18,8 @@ from pydantic import ValidationError
 
 from orchestrator import events as ev
 from orchestrator.context import EngineContext, json_safe
-from orchestrator.errors import (
-    EXIT_AGENT, EXIT_FAILED, EXIT_HUMAN, EXIT_OK, BadAnswer, OrchestratorError, RunFinished, UsageError,
-    WorkerFailed,
-)
-from orchestrator.snapshot import TERMINAL
+from orchestrator.errors import EXIT_OK, BadAnswer, OrchestratorError, RunFinished, UsageError, WorkerFailed
+from orchestrator.snapshot import TERMINAL, exit_code_for
 from orchestrator.store import OpenRun, RunStore, new_run_id
 from orchestrator.workflow import DONE, Workflow, load_workflow
 
@@ -37,17 +34,6 @@ class Outcome:
     state: dict[str, Any]
     exit_code: int
     messages: tuple[str, ...] = field(default_factory=tuple)
-
-
-def exit_code_for(state: dict[str, Any]) -> int:
-    """Exit code of a run's state: 0 done/progressed, 1 failed, 3 human, 4 agent."""
-    if state["violations"] or state["status"] == "failed":
-        return EXIT_FAILED
-    if state["awaiting"] == "human":
-        return EXIT_HUMAN
-    if state["awaiting"] == "agent":
-        return EXIT_AGENT
-    return EXIT_OK
 
 
 def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore) -> Outcome:

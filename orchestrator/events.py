@@ -8,27 +8,14 @@ an event states what happened, never what should. The hash chain is
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-SCHEMA_VERSION = 1
-GENESIS_HASH = "0" * 64
+from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION, canonical_json, chain_hash
+
 Actor = Literal["engine", "agent", "human"]
-
-
-def canonical_json(obj: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8, NaN refused: the bytes the chain hashes."""
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-
-
-def chain_hash(prev_hash: str, event_without_hash: dict[str, Any]) -> str:
-    """The hash of one event given its predecessor's hash."""
-    return hashlib.sha256(prev_hash.encode("ascii") + canonical_json(event_without_hash)).hexdigest()
+__all__ = ["GENESIS_HASH", "SCHEMA_VERSION", "canonical_json", "chain_hash"]
 
 
 class _Data(BaseModel):

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.events import DATA_TYPES, Event
-from orchestrator.snapshot import RunSnapshot
+from orchestrator.snapshot_schema import RunSnapshot
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "state" / "schemas"
 

@@ -2,60 +2,19 @@
 
 ``replay(events)`` folds the trail into a ``RunSnapshot``; the store keeps the same fold
 incrementally and writes it atomically; ``audit`` recomputes it and compares. The reducer
-works on plain dicts (the parsed lines) so that auditing a long trail stays fast.
+works on plain dicts (the parsed lines) so that auditing a long trail stays fast, and
+imports no pydantic so that ``status`` starts fast; the documented model of run.json is
+``snapshot_schema.RunSnapshot``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
-from pydantic import BaseModel, Field
+from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION
+from orchestrator.errors import EXIT_AGENT, EXIT_FAILED, EXIT_HUMAN, EXIT_OK
 
-from orchestrator.events import GENESIS_HASH, SCHEMA_VERSION
-
-Status = Literal["running", "waiting", "failed", "done", "aborted"]
 TERMINAL: frozenset[str] = frozenset({"done", "aborted"})
-
-
-class RunSnapshot(BaseModel):
-    """The state of one run, equal to replaying its events.jsonl."""
-
-    schema_version: int = SCHEMA_VERSION
-    run_id: str
-    workflow: str
-    target: str
-    """Absolute path of the target repository."""
-    options: dict[str, Any] = Field(default_factory=dict)
-    base: dict[str, Any] = Field(default_factory=dict)
-    """Target commit, branch and porcelain status captured at start."""
-    phase: str
-    """Current state of the machine: a phase name, or "done"."""
-    status: Status = "running"
-    awaiting: Literal["human", "agent"] | None = None
-    pending: list[dict[str, Any]] = Field(default_factory=list)
-    """Unanswered questions: key, prompt, choices, answer_schema, human_only."""
-    issues: list[dict[str, Any]] = Field(default_factory=list)
-    """What the agent must fix before the current phase can pass."""
-    answers: dict[str, Any] = Field(default_factory=dict)
-    results: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Latest completed ``data`` of each phase."""
-    attempts: dict[str, int] = Field(default_factory=dict)
-    in_flight: str | None = None
-    """Phase started and not yet completed (set while running, or after a crash)."""
-    summary: str = ""
-    violations: list[dict[str, Any]] = Field(default_factory=list)
-    """Open guard violations: guard, message, paths, seq."""
-    artifacts: dict[str, str] = Field(default_factory=dict)
-    """Artifact name -> sha256 of its latest version."""
-    open_patches: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Temporary patches applied and not yet reverted, by patch id."""
-    records: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
-    """Workflow-specific records by kind (gap rows, candidates, ...)."""
-    measurements: int = 0
-    created_at: str = ""
-    updated_at: str = ""
-    last_seq: int = -1
-    chain_head: str = GENESIS_HASH
 
 
 def _run_started(s: dict[str, Any], d: dict[str, Any], ev: dict[str, Any]) -> None:
@@ -176,8 +135,14 @@ _REDUCERS = {
 
 
 def empty_state(run_id: str) -> dict[str, Any]:
-    """The snapshot before any event, as a plain dict."""
-    return RunSnapshot(run_id=run_id, workflow="", target="", phase="").model_dump(mode="json")
+    """The snapshot before any event (the shape ``snapshot_schema.RunSnapshot`` documents)."""
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id, "workflow": "", "target": "", "options": {},
+        "base": {}, "phase": "", "status": "running", "awaiting": None, "pending": [], "issues": [],
+        "answers": {}, "results": {}, "attempts": {}, "in_flight": None, "summary": "", "violations": [],
+        "artifacts": {}, "open_patches": {}, "records": {}, "measurements": 0, "created_at": "",
+        "updated_at": "", "last_seq": -1, "chain_head": GENESIS_HASH,
+    }
 
 
 def apply_event(state: dict[str, Any], event: dict[str, Any]) -> None:
@@ -196,3 +161,14 @@ def replay(events: Iterable[dict[str, Any]], *, run_id: str) -> dict[str, Any]:
     for event in events:
         apply_event(state, event)
     return state
+
+
+def exit_code_for(state: dict[str, Any]) -> int:
+    """Exit code of a run's state: 0 done/progressed, 1 failed or rule broken, 3 human, 4 agent."""
+    if state["violations"] or state["status"] == "failed":
+        return EXIT_FAILED
+    if state["awaiting"] == "human":
+        return EXIT_HUMAN
+    if state["awaiting"] == "agent":
+        return EXIT_AGENT
+    return EXIT_OK

@@ -19,10 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-import filelock
-
+from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION, chain_hash
 from orchestrator.errors import RunBusy, RunNotFound, TrailCorrupt, UsageError
-from orchestrator.events import GENESIS_HASH, SCHEMA_VERSION, chain_hash
 from orchestrator.snapshot import apply_event, empty_state, replay
 
 EVENTS = "events.jsonl"
@@ -94,6 +92,16 @@ class OpenRun:
 
     def append(self, data: Any, *, actor: str = "engine", phase: str | None = None) -> dict[str, Any]:
         """Append one event (``data`` is an events.* model), fsync it, fold it into the state."""
+        return self.append_many([data], actor=actor, phase=phase)[0]
+
+    def append_many(self, items: list[Any], *, actor: str = "engine", phase: str | None = None) -> list[dict[str, Any]]:
+        """Append several events with one fsync (group commit): all are durable on return."""
+        written = [self._write(data, actor=actor, phase=phase) for data in items]
+        self._log.flush()
+        os.fsync(self._log.fileno())
+        return written
+
+    def _write(self, data: Any, *, actor: str, phase: str | None) -> dict[str, Any]:
         event = {
             "schema_version": SCHEMA_VERSION,
             "seq": self.state["last_seq"] + 1,
@@ -108,8 +116,6 @@ class OpenRun:
         event["hash"] = chain_hash(event["prev_hash"], event)
         self._log.write(json.dumps(event, sort_keys=True, separators=(",", ":"),
                                    ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n")
-        self._log.flush()
-        os.fsync(self._log.fileno())
         apply_event(self.state, event)
         return event
 
@@ -180,6 +186,8 @@ class RunStore:
     @contextlib.contextmanager
     def open_run(self, run_id: str) -> Iterator[OpenRun]:
         """Lock the run (or raise RunBusy at once), load its state, flush on exit."""
+        import filelock
+
         run_dir = self.run_dir(run_id)
         lock = filelock.FileLock(run_dir / ".lock", timeout=0)
         try:
@@ -220,6 +228,15 @@ class RunStore:
 
     def read_events(self, run_id: str) -> list[dict[str, Any]]:
         return parse_trail(self.run_dir(run_id) / EVENTS)
+
+    def read_first_event(self, run_id: str) -> dict[str, Any]:
+        """The run_started line alone (cheap even for a long trail)."""
+        path = self.run_dir(run_id) / EVENTS
+        try:
+            with open(path, "rb") as handle:
+                return json.loads(handle.readline())
+        except (OSError, ValueError):
+            raise TrailCorrupt(f"{path} is missing or its first line is malformed") from None
 
     def list_run_ids(self) -> list[str]:
         if not self.runs_dir.is_dir():

@@ -47,3 +47,11 @@ def test_committed_schemas_are_current():
         path = DEFAULT_DIR / name
         assert path.is_file(), f"{path} missing: run python -m orchestrator.schemas"
         assert path.read_text() == render(schema), f"{path} is stale: run python -m orchestrator.schemas"
+
+
+def test_plain_dict_snapshot_matches_its_documented_model():
+    from orchestrator.snapshot import empty_state
+    from orchestrator.snapshot_schema import RunSnapshot
+
+    documented = RunSnapshot(run_id="r", workflow="", target="", phase="").model_dump(mode="json")
+    assert empty_state("r") == documented

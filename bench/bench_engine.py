@@ -1,0 +1,102 @@
+"""Engine benchmarks: ratios measured side by side in one run (this machine is noisy).
+
+    python bench/bench_engine.py [--events 100000]
+
+1. `orchestrator status --json` wall time vs `python -c pass`   (goal <= 4x)
+2. events appended per second through the engine's own API, fsync included (goal >= 1000/s)
+3. `orchestrator audit` on a run of N events                        (goal <= 2 s for 100,000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestrator import events as ev  # noqa: E402
+from orchestrator.store import RunStore  # noqa: E402
+
+
+def wall(command: list[str], *, repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run(command, check=False, capture_output=True, cwd=ROOT)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def measurement(i: int) -> ev.MeasurementRecorded:
+    return ev.MeasurementRecorded(name="wall_ms", unit="ms", samples=[float(i), 1.5],
+                                  labels={"i": i}, provenance={"device": "cpu"})
+
+
+def make_run(state_dir: Path, n_events: int, *, batch: int = 1) -> tuple[str, float]:
+    """A run of ``n_events`` appended through OpenRun, ``batch`` events per fsync."""
+    store = RunStore(state_dir)
+    run_id = "bench-run"
+    store.create_run(run_id, ev.RunStarted(workflow="bench", target=str(ROOT), options={}, base={},
+                                           initial_phase="p"))
+    with store.open_run(run_id) as run:
+        started = time.perf_counter()
+        for i in range(0, n_events - 1, batch):
+            run.append_many([measurement(j) for j in range(i, min(i + batch, n_events - 1))], phase="p")
+        seconds = time.perf_counter() - started
+    return run_id, (n_events - 1) / seconds
+
+
+def bare_fsync_rate(path: Path, n: int) -> float:
+    """The floor: a hash-chained JSONL line written and fsynced, nothing else."""
+    import hashlib
+    import os
+
+    prev = "0" * 64
+    with open(path, "ab") as handle:
+        started = time.perf_counter()
+        for i in range(n):
+            line = f'{{"i":{i},"prev":"{prev}"}}'.encode()
+            prev = hashlib.sha256(line).hexdigest()
+            handle.write(line + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        return n / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "state"
+        bare = bare_fsync_rate(Path(tmp) / "bare.jsonl", 2_000)
+        _, single = make_run(state / "single", 2_000)
+        _, grouped = make_run(state / "grouped", 20_000, batch=20)
+        run_id, _ = make_run(state, args.events, batch=1000)
+        py = [sys.executable, "-c", "pass"]
+        status = [sys.executable, "-m", "orchestrator.cli", "status", run_id, "--json", "--state-dir", str(state)]
+        audit = [sys.executable, "-m", "orchestrator.cli", "audit", run_id, "--state-dir", str(state)]
+        base, stat = [], []
+        for _ in range(args.repeat):  # interleaved so drift hits both alike
+            base += wall(py, repeat=1)
+            stat += wall(status, repeat=1)
+        audit_s = statistics.median(wall(audit, repeat=3))
+        audit_schema_s = statistics.median(wall(audit + ["--schema"], repeat=1))
+    b, s = statistics.median(base), statistics.median(stat)
+    print(f"status --json: {s * 1000:.0f} ms vs python -c pass {b * 1000:.0f} ms -> {s / b:.2f}x (goal <= 4x)")
+    print(f"append, one fsync per event: {single:,.0f} events/s; bare fsync'd JSONL on this disk: "
+          f"{bare:,.0f}/s -> {single / bare:.2f} of the floor (goal >= 1,000/s)")
+    print(f"append, group commit of 20 events per fsync: {grouped:,.0f} events/s")
+    print(f"audit of {args.events:,} events: {audit_s:.2f} s (goal <= 2 s); "
+          f"with --schema (pydantic per event): {audit_schema_s:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

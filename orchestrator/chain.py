@@ -1,0 +1,39 @@
+"""The hash chain's two rules, standard library only (readers must not need pydantic).
+
+``canonical_json``: sorted keys, ``(",", ":")`` separators, UTF-8, NaN refused.
+``hash = sha256(prev_hash + canonical_json(event without "hash"))`` as hex.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+_HASH_MEMBER = b',"hash":"'
+_HASH_MEMBER_LEN = len(_HASH_MEMBER) + 64 + 1
+
+
+def canonical_json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def chain_hash(prev_hash: str, event_without_hash: dict[str, Any]) -> str:
+    return hashlib.sha256(prev_hash.encode("ascii") + canonical_json(event_without_hash)).hexdigest()
+
+
+def line_hash(prev_hash: str, line: bytes) -> str | None:
+    """The chain hash of a line as written, without re-serializing it.
+
+    The engine writes each line as the canonical JSON of the whole event, and ``"hash"``
+    sorts right after ``"data"``, so cutting the top-level ``,"hash":"<64 hex>"`` member out
+    of the line gives the canonical bytes of the event without its hash. Returns None when
+    the line does not have that shape (the caller then re-serializes).
+    """
+    cut = line.rfind(_HASH_MEMBER)
+    if cut < 0:
+        return None
+    body = line[:cut] + line[cut + _HASH_MEMBER_LEN:]
+    return hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
