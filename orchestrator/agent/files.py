@@ -82,7 +82,7 @@ def check_writable(scope: Scope, path: str) -> tuple[Path, str]:
     """Resolve ``path`` and require it under the phase's allowed paths (checked after symlinks)."""
     if not scope.allowed_paths:
         raise ScopeRefused(f"phase {scope.phase} allows no edits (its PhaseSpec.allowed_paths is empty); "
-                           f"{path!r} was not written")
+                           f"{path!r} may not be changed now")
     resolved, relative = resolve_in_target(scope.target, path)
     literal = PurePosixPath(path.replace(os.sep, "/"))
     literal_rel = relative if literal.is_absolute() else literal.as_posix()
@@ -137,25 +137,16 @@ def apply_unified_diff(scope: Scope, diff: str) -> dict[str, object]:
 
 
 def diff_paths(target: Path, diff: str) -> list[str]:
-    """Every path (old and new names of renames included) ``git apply`` would touch."""
+    """Every path ``git apply`` would touch, the source of renames and copies included."""
     out = _git_apply(target, diff, "--numstat", "-z")
-    fields = out.split("\0")
-    paths: list[str] = []
-    index = 0
-    while index < len(fields):
-        field = fields[index]
-        if not field:
-            index += 1
-            continue
-        counts = field.split("\t")
-        if len(counts) >= 3 and counts[2]:
-            paths.append(counts[2])
-            index += 1
-        else:
-            # NOTE: with -z a rename prints "added\tdeleted\t" then old and new names as fields.
-            paths += [p for p in fields[index + 1:index + 3] if p]
-            index += 3
-    return sorted(set(paths))
+    paths = {field.split("\t", 2)[2] for field in out.split("\0") if field.count("\t") >= 2}
+    # NOTE: git apply's numstat names only the destination of a rename; the source comes from
+    # the extended header lines, which cannot occur inside a hunk (hunk lines start with " +-\").
+    for line in diff.splitlines():
+        for header in ("rename from ", "copy from "):
+            if line.startswith(header):
+                paths.add(line[len(header):].strip().strip('"'))
+    return sorted(p for p in paths if p)
 
 
 def _git_apply(target: Path, diff: str, *flags: str) -> str:

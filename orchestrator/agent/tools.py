@@ -43,9 +43,11 @@ class ToolResult(BaseModel):
         return self.status in ("refused", "error")
 
     def outcome(self) -> str:
-        """The ``AgentActed.outcome`` line: ok, refused: <why>, error: <why>."""
+        """The ``AgentActed.outcome`` line: ok, waiting for a human, refused: <why>, error: <why>."""
         if self.status == "ok":
             return "ok"
+        if self.status == "waiting_for_human":
+            return "waiting for a human"
         kind = "error" if self.status == "error" else "refused"
         return f"{kind}: {self.message}"
 
@@ -146,7 +148,7 @@ class EscalateArgs(_RunArgs):
 
     question: str
     """The question as a person should read it, with the context needed to answer."""
-    key: str = ""
+    key: str = Field(default="", pattern=r"^([a-z][a-z0-9_]{0,63})?$")
     """Answer key (snake_case); empty picks one."""
     choices: list[str] = Field(default_factory=list)
     """Allowed answers; empty for free text."""
@@ -213,23 +215,31 @@ class ToolSpec:
 
 def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
               progress: Callable[[str], None] = lambda _m: None) -> ToolResult:
-    """Validate, run and record one tool call; never raises for a refused or failed call."""
-    spec = TOOLS.get(name)
-    if spec is None:
-        return ToolResult(status="error", message=f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
+    """Validate, run and record one tool call; never raises for a refused or failed call.
+
+    The call is recorded on the run named by ``run_id`` (for start_run: the new run); calls
+    that name no existing run (list_runs, a bad id) have no trail to go to.
+    """
+    result = _dispatch(name, arguments, env=ToolEnv(store=store, call_id=call_id, progress=progress))
     run_id = arguments.get("run_id") if isinstance(arguments.get("run_id"), str) else None
-    try:
-        args = spec.args.model_validate(arguments)
-        result = spec.handler(args, ToolEnv(store=store, call_id=call_id, progress=progress))
-    except ValidationError as exc:
-        result = ToolResult(status="refused", message=f"bad arguments for {name}: " + _errors(exc))
-    except OrchestratorError as exc:
-        status: Status = "refused" if isinstance(exc, UsageError) and not isinstance(exc, RunBusy) else "error"
-        result = ToolResult(status=status, message=exc.message, data={"code": exc.code})
-    run_id = result.data.get("run_id", run_id) if name == "start_run" else run_id
+    if name == "start_run":
+        run_id = result.data.get("run_id")
     if run_id:
         record_action(store, run_id, tool=name, call_id=call_id, arguments=arguments, outcome=result.outcome())
     return result
+
+
+def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResult:
+    spec = TOOLS.get(name)
+    if spec is None:
+        return ToolResult(status="error", message=f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
+    try:
+        return spec.handler(spec.args.model_validate(arguments), env)
+    except ValidationError as exc:
+        return ToolResult(status="refused", message=f"bad arguments for {name}: " + _errors(exc))
+    except OrchestratorError as exc:
+        status: Status = "refused" if isinstance(exc, UsageError) and not isinstance(exc, RunBusy) else "error"
+        return ToolResult(status=status, message=exc.message, data={"code": exc.code})
 
 
 def record_action(store: Any, run_id: str, *, tool: str, call_id: str, arguments: dict[str, Any],
@@ -314,5 +324,223 @@ def _live_state(store: Any, run_id: str) -> dict[str, Any]:
         raise RunFinished(f"run {run_id} is {state['status']}; start a new run instead")
     return state
 
+
+# --- handlers ----------------------------------------------------------------------------
+
+
+class FeatureUnavailable(OrchestratorError):
+    code = "feature_unavailable"
+
+
+def start_run(args: StartRunArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator import engine
+
+    outcome = engine.start(args.workflow, args.options, store=env.store)
+    return state_result(outcome.state, lead=f"started run {outcome.run_id}; call explain, then advance")
+
+
+def status(args: StatusArgs, env: ToolEnv) -> ToolResult:
+    return state_result(env.store.read_state(args.run_id))
+
+
+def advance(args: AdvanceArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator import engine
+
+    state = _live_state(env.store, args.run_id)
+    if state["awaiting"] == "human" and state["pending"]:
+        return state_result(state, lead="not advanced")
+    outcome = engine.advance(args.run_id, store=env.store, progress=env.progress, max_phases=1)
+    return state_result(outcome.state, exit_code=outcome.exit_code, messages=outcome.messages)
+
+
+def list_runs(args: ListRunsArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator.workflow import workflow_refs
+
+    keys = ("run_id", "workflow", "phase", "status", "awaiting", "summary")
+    rows = [{k: s.get(k) for k in keys} for s in map(env.store.read_state, env.store.list_run_ids())]
+    return ToolResult(status="ok", message=f"{len(rows)} run(s)",
+                      data={"runs": rows, "workflows": sorted(workflow_refs())})
+
+
+def read_artifact(args: ReadArtifactArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator.store import ARTIFACTS, check_artifact_name
+
+    state = env.store.read_state(args.run_id)
+    name = check_artifact_name(args.name)
+    if name not in state["artifacts"]:
+        known = ", ".join(sorted(state["artifacts"])[:60]) or "none"
+        return ToolResult(status="refused", message=f"run {args.run_id} recorded no artifact {name!r}; known: {known}")
+    text = (env.store.run_dir(args.run_id) / ARTIFACTS / name).read_text(encoding="utf-8", errors="replace")
+    chunk = text[args.offset:args.offset + args.max_chars]
+    following = args.offset + len(chunk)
+    return ToolResult(status="ok", message=f"artifact {name}: {len(chunk)} of {len(text)} chars",
+                      data={"name": name, "text": chunk, "total_chars": len(text),
+                            "next_offset": following if following < len(text) else None})
+
+
+def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator.engine import blocking_reasons
+    from orchestrator.workflow import load_workflow
+
+    state = env.store.read_state(args.run_id)
+    spec = _phase_spec(state)
+    blocking = blocking_reasons(load_workflow(state["workflow"]), state) if spec else []
+    pending = [{**{k: q.get(k) for k in ("key", "prompt", "choices")},
+                "who": "a human only (the answer tool refuses it)" if q["human_only"] else "you may answer"}
+               for q in state["pending"]]
+    why = _why_waiting(state)
+    data = {
+        "run_id": state["run_id"], "workflow": state["workflow"], "target": state["target"],
+        "phase": state["phase"], "title": spec.title if spec else "", "status": state["status"],
+        "awaiting": state["awaiting"], "summary": state["summary"], "why": why,
+        "issues": state["issues"], "pending": pending, "violations": state["violations"],
+        "allowed_paths": list(spec.allowed_paths) if spec else [],
+        "agent_notes": spec.agent_notes if spec else "",
+        "phase_findings": _clip(state["results"].get(state["phase"], {})),
+        "blocking_next_phase": blocking, "open_patches": state["open_patches"],
+        "artifacts": sorted(state["artifacts"]), "next_steps": _next_steps(state, spec),
+    }
+    return ToolResult(status="ok", message=why, data=data)
+
+
+def answer(args: AnswerArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator import engine
+
+    state = _live_state(env.store, args.run_id)
+    question = next((q for q in state["pending"] if q["key"] == args.key), None)
+    if question is None:
+        pending = ", ".join(q["key"] for q in state["pending"]) or "none"
+        return ToolResult(status="refused", message=f"no pending question {args.key!r} (pending: {pending})")
+    if question["human_only"]:
+        return ToolResult(status="refused", data={"waiting_for_human": True},
+                          message=f"waiting for a human: question {args.key!r} is for a person only; the run stays "
+                                  f"paused until one runs `orchestrator resume {args.run_id} --answer {args.key}=...`")
+    outcome = engine.resume(args.run_id, {args.key: args.value}, store=env.store, actor="agent",
+                            tool_call_id=env.call_id, advance_after=False)
+    return state_result(outcome.state, lead=f"answer {args.key} recorded; call advance")
+
+
+def submit_patch(args: SubmitPatchArgs, env: ToolEnv) -> ToolResult:
+    submit = _feature("orchestrator.ledger", "submit_patch", tool="submit_patch", store=env.store, run_id=args.run_id)
+    outcome = submit(args.run_id, diff=args.diff, label=args.label, store=env.store, actor="agent",
+                     tool_call_id=env.call_id)
+    return state_result(outcome.state, exit_code=outcome.exit_code, messages=outcome.messages)
+
+
+def revert_patches(args: RevertPatchesArgs, env: ToolEnv) -> ToolResult:
+    revert = _feature("orchestrator.ledger", "revert_patches", tool="revert_patches", store=env.store,
+                      run_id=args.run_id)
+    outcome = revert(args.run_id, store=env.store, actor="agent", tool_call_id=env.call_id)
+    return state_result(outcome.state, exit_code=outcome.exit_code, messages=outcome.messages)
+
+
+def submit_candidate(args: SubmitCandidateArgs, env: ToolEnv) -> ToolResult:
+    submit = _feature("phases.local_compile_perf.candidates", "submit_candidate", tool="submit_candidate",
+                      store=env.store, run_id=args.run_id)
+    outcome = submit(args.run_id, branch=args.branch, label=args.label, store=env.store, actor="agent",
+                     tool_call_id=env.call_id)
+    return state_result(outcome.state, exit_code=outcome.exit_code, messages=outcome.messages)
+
+
+def note(args: NoteArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator import events as ev
+
+    with env.store.open_run(args.run_id) as run:
+        event = run.append(ev.NoteAdded(kind=args.kind, text=args.text), actor="agent", phase=run.state["phase"])
+    return ToolResult(status="ok", message=f"{args.kind} note recorded (seq {event['seq']})")
+
+
+def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator import events as ev
+
+    with env.store.open_run(args.run_id) as run:
+        if run.state["status"] in ("done", "aborted"):
+            raise RunFinished(f"run {args.run_id} is {run.state['status']}; nothing to escalate")
+        key = args.key or f"agent_question_{run.state['last_seq'] + 1}"
+        if any(q["key"] == key for q in run.state["pending"]):
+            raise UsageError(f"a question {key!r} is already pending; pick another key")
+        run.append(ev.QuestionAsked(key=key, prompt=args.question, choices=args.choices or None, human_only=True),
+                   actor="agent", phase=run.state["phase"])
+        return state_result(run.state, lead=f"question {key!r} posted for a human")
+
+
+def read_file(args: ReadFileArgs, env: ToolEnv) -> ToolResult:
+    scope = _scope(env.store.read_state(args.run_id))
+    data = files.read_text(scope, args.path, offset=args.offset, max_chars=args.max_chars)
+    return ToolResult(status="ok", message=f"{data['kind']} {data['path']}", data=data)
+
+
+def write_file(args: WriteFileArgs, env: ToolEnv) -> ToolResult:
+    data = files.write_text(_scope(_live_state(env.store, args.run_id)), args.path, args.content)
+    return ToolResult(status="ok", message=f"wrote {data['path']}; call advance when the fix is complete", data=data)
+
+
+def apply_diff(args: ApplyDiffArgs, env: ToolEnv) -> ToolResult:
+    data = files.apply_unified_diff(_scope(_live_state(env.store, args.run_id)), args.diff)
+    return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; call advance when done", data=data)
+
+
+def _feature(module: str, attr: str, *, tool: str, store: Any, run_id: str) -> Callable[..., Any]:
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as exc:
+        if not exc.name or not module.startswith(exc.name):
+            raise
+    except AttributeError:
+        pass
+    workflow = store.read_state(run_id)["workflow"]
+    raise FeatureUnavailable(f"{tool} is not available for this run's workflow ({workflow}): "
+                             f"{module}.{attr} is not part of this orchestrator install")
+
+
+def _why_waiting(state: dict[str, Any]) -> str:
+    if state["status"] in ("done", "aborted"):
+        return f"the run is {state['status']}: {state['summary']}"
+    if state["violations"]:
+        return "a rule is broken: " + "; ".join(f"{v['guard']}: {v['message']}" for v in state["violations"])
+    if state["awaiting"] == "human":
+        return "waiting for a human to answer: " + ", ".join(q["key"] for q in state["pending"])
+    if state["awaiting"] == "agent":
+        codes = ", ".join(i["code"] for i in state["issues"]) or "see pending questions"
+        return f"phase {state['phase']} needs the agent: {codes}"
+    if state["status"] == "failed":
+        return f"phase {state['phase']} failed: {state['summary']}"
+    return f"phase {state['phase']} is ready to run; call advance"
+
+
+def _next_steps(state: dict[str, Any], spec: Any) -> list[str]:
+    if state["status"] in ("done", "aborted"):
+        return ["nothing: the run is finished"]
+    if state["awaiting"] == "human":
+        return ["stop: a person answers with `orchestrator resume`", "you may add a note for them"]
+    steps = []
+    if state["violations"]:
+        steps.append("undo the edits the rule names (write_file / apply_diff the original back), then advance")
+    for issue in state["issues"]:
+        where = f" in {issue['fix_location']}" if issue.get("fix_location") else ""
+        steps.append(f"fix {issue['code']}{where}")
+    if state["issues"] and spec is not None and not spec.allowed_paths:
+        steps.append("this phase allows no edits: escalate if a code change is needed")
+    steps.append("call advance to re-run the phase")
+    return steps
+
+
+def _clip(value: Any, limit: int = 8000) -> Any:
+    text = json.dumps(value, sort_keys=True, default=str)
+    if len(text) <= limit:
+        return value
+    return {"truncated": True, "json_head": text[:limit], "hint": "read the phase's artifacts for the full findings"}
+
+
+_SPECS = [
+    ("start_run", StartRunArgs, start_run), ("status", StatusArgs, status), ("advance", AdvanceArgs, advance),
+    ("list_runs", ListRunsArgs, list_runs), ("read_artifact", ReadArtifactArgs, read_artifact),
+    ("explain", ExplainArgs, explain), ("answer", AnswerArgs, answer), ("submit_patch", SubmitPatchArgs, submit_patch),
+    ("revert_patches", RevertPatchesArgs, revert_patches),
+    ("submit_candidate", SubmitCandidateArgs, submit_candidate), ("note", NoteArgs, note),
+    ("escalate", EscalateArgs, escalate), ("read_file", ReadFileArgs, read_file),
+    ("write_file", WriteFileArgs, write_file), ("apply_diff", ApplyDiffArgs, apply_diff),
+]
+TOOLS: dict[str, ToolSpec] = {name: ToolSpec(name=name, args=model, handler=fn) for name, model, fn in _SPECS}
 
 __all__ = ["TOOLS", "ToolEnv", "ToolResult", "ToolSpec", "call_tool", "record_action", "state_result"]

@@ -1,0 +1,108 @@
+"""The MCP server through a real MCP client: in process, and as `orchestrator mcp` over stdio."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator import engine
+from orchestrator.agent.tools import TOOLS
+from orchestrator.store import RunStore
+from tests.conftest import ROOT, cli
+from tests.test_agent_tools import AGENT_TOY_REF
+
+
+@pytest.fixture
+def agent_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", AGENT_TOY_REF)
+
+
+def answer_of(result: Any) -> dict[str, Any]:
+    payload = json.loads(result.content[0].text)
+    assert result.is_error == (payload["status"] in ("refused", "error")), payload
+    return payload
+
+
+async def call(client: Any, tool: str, /, **arguments: Any) -> dict[str, Any]:
+    return answer_of(await client.call_tool(tool, arguments))
+
+
+def test_in_process_client_drives_the_toy_run(agent_env: None, toy_repo: Path, state_dir: Path) -> None:
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    store = RunStore(state_dir)
+    (toy_repo / "allowed" / "link").symlink_to(toy_repo.parent)
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def scenario() -> str:
+        async with Client(build_server(store)) as client:
+            listed = (await client.list_tools()).tools
+            assert {t.name: t.input_schema for t in listed} == {n: s.input_schema() for n, s in TOOLS.items()}
+            run_id = (await call(client, "start_run", workflow="agenttoy", options={"target": str(toy_repo)})
+                      )["data"]["run_id"]
+            assert (await call(client, "advance", run_id=run_id))["status"] == "waiting_for_human"
+            refused = await call(client, "answer", run_id=run_id, key="color", value="red")
+            assert refused["status"] == "refused" and "waiting for a human" in refused["message"]
+            assert store.read_state(run_id)["awaiting"] == "human"
+            engine.resume(run_id, {"color": "red"}, store=store, advance_after=False)  # the human answers
+            for _ in range(3):  # ask (answered now), work, fix
+                moved = answer_of(await client.call_tool("advance", {"run_id": run_id}, progress_callback=on_progress))
+            assert moved["data"]["phase"] == "fix" and moved["data"]["awaiting"] == "agent"
+            artifact = await call(client, "read_artifact", run_id=run_id, name="square.json")
+            assert json.loads(artifact["data"]["text"]) == {"square": 49}
+            for tool, path in (("read_file", "../state"), ("read_file", "/etc/passwd"),
+                               ("read_file", "allowed/link/state"), ("write_file", "allowed/link/x.txt"),
+                               ("write_file", "a.txt"), ("write_file", "allowed/../a.txt")):
+                extra = {"content": "x\n"} if tool == "write_file" else {}
+                assert (await call(client, tool, run_id=run_id, path=path, **extra))["status"] == "refused", path
+            assert (await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="ok\n")
+                    )["status"] == "ok"
+            assert (await call(client, "advance", run_id=run_id))["data"]["status"] == "done"
+            return run_id
+
+    run_id = anyio.run(scenario)
+    assert any("worker" in m for m in progress), progress
+    assert not (toy_repo.parent / "x.txt").exists() and (toy_repo / "a.txt").read_text() == "hello\n"
+    acted = [e for e in store.read_events(run_id) if e["type"] == "agent_acted"]
+    assert len(acted) == 15 and all(e["actor"] == "agent" and e["data"]["call_id"].startswith("mcp-") for e in acted)
+    assert sum(e["data"]["outcome"].startswith("refused: ") for e in acted) == 7
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+
+@pytest.mark.slow
+def test_orchestrator_mcp_subprocess_over_stdio(agent_env: None, toy_repo: Path, state_dir: Path) -> None:
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=dict(os.environ),
+                                   args=["-m", "orchestrator.cli", "mcp", "--state-dir", str(state_dir)])
+
+    async def scenario() -> str:
+        async with Client(params, read_timeout_seconds=120) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert names == set(TOOLS)
+            run_id = (await call(client, "start_run", workflow="agenttoy", options={"target": str(toy_repo)})
+                      )["data"]["run_id"]
+            assert (await call(client, "advance", run_id=run_id))["status"] == "waiting_for_human"
+            refused = await call(client, "answer", run_id=run_id, key="color", value="blue")
+            assert "waiting for a human" in refused["message"]
+            escape = await call(client, "read_file", run_id=run_id, path="../../etc/passwd")
+            assert escape["status"] == "refused" and "'..'" in escape["message"]
+            return run_id
+
+    run_id = anyio.run(scenario)
+    state = RunStore(state_dir).read_state(run_id)
+    assert state["awaiting"] == "human" and "color" not in state["answers"]
+    status = cli("status", run_id, state_dir=state_dir)
+    assert status.returncode == 3
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0

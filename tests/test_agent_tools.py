@@ -1,0 +1,183 @@
+"""The agent tool set without a transport: schemas, scope of the file tools, refusals, the hook.
+
+``AGENT_TOY`` is the toy workflow whose fix phase declares ``allowed_paths=("allowed/",)``
+and agent notes; the MCP and driver tests register it too (``AGENT_TOY_REF``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from orchestrator.agent import files
+from orchestrator.agent.tools import TOOLS, call_tool
+from orchestrator.store import RunStore
+from tests.conftest import ROOT, TOY, cli
+from tests.toyflow import WORKFLOW as _TOY
+
+AGENT_TOY = replace(_TOY, name="agenttoy", phases=tuple(
+    replace(p, allowed_paths=("allowed/",), agent_notes="Create allowed/fixed.txt; touch nothing else.")
+    if p.name == "fix" else p for p in _TOY.phases))
+AGENT_TOY_REF = f"{TOY},agenttoy=tests.test_agent_tools:AGENT_TOY"
+
+
+@pytest.fixture
+def agent_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", AGENT_TOY_REF)
+
+
+class Caller:
+    """Calls tools the way a transport does, numbering the call ids."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store, self.count = store, 0
+
+    def __call__(self, name: str, **arguments: Any) -> Any:
+        self.count += 1
+        return call_tool(name, arguments, store=self.store, call_id=f"call-{self.count}")
+
+
+def run_to_fix(caller: Caller, target: Path) -> str:
+    """Start the agent toy with the color given, advance through work: the run waits in fix."""
+    run_id = caller("start_run", workflow="agenttoy", options={"target": str(target), "color": "red"}).data["run_id"]
+    for _ in range(3):
+        result = caller("advance", run_id=run_id)
+    assert result.data["phase"] == "fix" and result.data["awaiting"] == "agent", result.message
+    return run_id
+
+
+def agent_events(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    return [e for e in store.read_events(run_id) if e["type"] == "agent_acted"]
+
+
+def test_every_tool_schema_is_draft_2020_12_without_anyof() -> None:
+    assert {"start_run", "status", "advance", "list_runs", "read_artifact", "explain", "answer", "submit_patch",
+            "revert_patches", "submit_candidate", "note", "escalate", "read_file", "write_file",
+            "apply_diff"} <= set(TOOLS)
+    for spec in TOOLS.values():
+        schema = spec.input_schema()
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert "anyOf" not in json.dumps(schema), spec.name
+        assert schema["type"] == "object" and len(spec.description) > 30, spec.name
+    escalate = TOOLS["escalate"].input_schema()
+    assert escalate["required"] == ["run_id", "question"]
+    jsonschema.validate({"run_id": "r", "question": "q"}, escalate)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"run_id": "r", "question": "q", "extra": 1}, escalate)
+
+
+def test_resolve_refuses_dotdot_absolute_outside_git_and_symlink_escape(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    (target / "allowed").mkdir(parents=True)
+    (target / ".git").mkdir()
+    (tmp_path / "secret.txt").write_text("s")
+    (target / "allowed" / "out").symlink_to(tmp_path / "secret.txt")
+    (target / "allowed" / "back").symlink_to(target / "a.txt")
+    for bad in ("../secret.txt", "allowed/../../secret.txt", str(tmp_path / "secret.txt"), "allowed/out",
+                ".git/config", ""):
+        with pytest.raises(files.ScopeRefused):
+            files.resolve_in_target(target, bad)
+    assert files.resolve_in_target(target, str(target / "allowed" / "x.py"))[1] == "allowed/x.py"
+    scope = files.Scope(target=target, phase="fix", allowed_paths=("allowed/",))
+    with pytest.raises(files.ScopeRefused, match="outside the paths"):
+        files.check_writable(scope, "allowed/back")  # inside allowed/ by name, resolves to a.txt
+    with pytest.raises(files.ScopeRefused, match="outside the paths"):
+        files.check_writable(scope, "allowedness.txt")
+    with pytest.raises(files.ScopeRefused, match="allows no edits"):
+        files.check_writable(replace(scope, allowed_paths=()), "allowed/x")
+    assert files.check_writable(scope, "allowed/new/x.py")[1] == "allowed/new/x.py"
+
+
+def test_apply_diff_checks_every_path_git_would_touch(toy_repo: Path) -> None:
+    scope = files.Scope(target=toy_repo, phase="fix", allowed_paths=("allowed/",))
+    inside = "--- a/allowed/README\n+++ b/allowed/README\n@@ -1 +1 @@\n-edit here\n+edited\n"
+    outside = "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-hello\n+bye\n"
+    with pytest.raises(files.ScopeRefused, match="'a.txt' is outside"):
+        files.apply_unified_diff(scope, inside + outside)
+    assert (toy_repo / "allowed" / "README").read_text() == "edit here\n"  # nothing applied
+    assert files.apply_unified_diff(scope, inside) == {"paths": ["allowed/README"]}
+    assert (toy_repo / "allowed" / "README").read_text() == "edited\n"
+    rename = "diff --git a/a.txt b/allowed/a.txt\nsimilarity index 100%\nrename from a.txt\nrename to allowed/a.txt\n"
+    assert files.diff_paths(toy_repo, rename) == ["a.txt", "allowed/a.txt"]
+    with pytest.raises(files.ScopeRefused, match="does not apply"):
+        files.apply_unified_diff(scope, inside)  # already applied
+
+
+def test_fix_cycle_and_refusals_are_recorded(agent_env: None, toy_repo: Path, state_dir: Path) -> None:
+    store = RunStore(state_dir)
+    call = Caller(store)
+    run_id = run_to_fix(call, toy_repo)
+    explained = call("explain", run_id=run_id)
+    assert explained.data["allowed_paths"] == ["allowed/"]
+    assert explained.data["issues"][0]["fix_location"] == "allowed/fixed.txt"
+    assert "Create allowed/fixed.txt" in explained.data["agent_notes"]
+    refused = call("write_file", run_id=run_id, path="a.txt", content="nope\n")
+    assert refused.status == "refused" and (toy_repo / "a.txt").read_text() == "hello\n"
+    assert call("write_file", run_id=run_id, path="allowed/fixed.txt", content="ok\n").status == "ok"
+    done = call("advance", run_id=run_id)
+    assert done.data["status"] == "done" and done.data["exit_code"] == 0
+    acted = agent_events(store, run_id)
+    assert [e["data"]["call_id"] for e in acted] == [f"call-{i}" for i in range(1, call.count + 1)]
+    assert all(e["actor"] == "agent" for e in acted)
+    writes = [e["data"] for e in acted if e["data"]["tool"] == "write_file"]
+    assert writes[0]["outcome"].startswith("refused: ") and writes[0]["arguments"]["path"] == "a.txt"
+    assert writes[1]["outcome"] == "ok"
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+
+def test_human_only_question_is_refused_and_escalation_waits(agent_env: None, toy_repo: Path,
+                                                             state_dir: Path) -> None:
+    store = RunStore(state_dir)
+    call = Caller(store)
+    run_id = call("start_run", workflow="agenttoy", options={"target": str(toy_repo)}).data["run_id"]
+    assert call("advance", run_id=run_id).status == "waiting_for_human"
+    refused = call("answer", run_id=run_id, key="color", value="red")
+    assert refused.status == "refused" and refused.message.startswith("waiting for a human")
+    state = store.read_state(run_id)
+    assert state["awaiting"] == "human" and "color" not in state["answers"]
+    assert call("note", run_id=run_id, kind="skill_feedback", text="the prompt was unclear").status == "ok"
+    asked = call("escalate", run_id=run_id, question="Is blue acceptable here?", key="blue_ok", choices=["yes", "no"])
+    assert asked.status == "waiting_for_human"
+    pending = {q["key"]: q["human_only"] for q in store.read_state(run_id)["pending"]}
+    assert pending == {"color": True, "blue_ok": True}
+    events = store.read_events(run_id)
+    assert [e["actor"] for e in events if e["type"] in ("note_added", "question_asked")][-2:] == ["agent", "agent"]
+    assert call("submit_patch", run_id=run_id, diff="x", label="y").message.startswith("submit_patch is not available")
+    outcomes = [e["data"]["outcome"] for e in agent_events(store, run_id)]
+    assert outcomes[2].startswith("refused: waiting for a human") and outcomes[-1].startswith("error: ")
+    resumed = cli("resume", run_id, "--answer", "color=red", "--answer", "blue_ok=no", state_dir=state_dir)
+    assert resumed.returncode == 4, resumed.stderr  # the human answered; the run now waits on the agent in fix
+
+
+def test_check_path_hook_exit_codes(agent_env: None, toy_repo: Path, state_dir: Path) -> None:
+    store = RunStore(state_dir)
+    run_id = run_to_fix(Caller(store), toy_repo)
+    base = [sys.executable, "-m", "orchestrator.cli", "check-path", run_id, "--state-dir", str(state_dir)]
+    env = {**os.environ, "ORCHESTRATOR_WORKFLOWS": AGENT_TOY_REF}
+
+    def hook(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run(base[:5] + list(args) + base[5:], input=stdin, capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=60)
+
+    assert hook(str(toy_repo / "allowed" / "fix.py")).returncode == 0
+    refused = hook("a.txt")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "outside the paths" in refused.stderr
+    assert hook("../../etc/passwd").returncode == 2
+    payload = json.dumps({"tool_name": "Edit", "tool_input": {"file_path": str(toy_repo / "a.txt")}})
+    assert hook(stdin=payload).returncode == 2
+    assert hook(stdin=json.dumps({"tool_name": "Bash", "tool_input": {"command": "ls"}})).returncode == 0
+
+
+def test_cli_import_stays_free_of_torch_mcp_and_anthropic() -> None:
+    code = ("import sys, orchestrator.cli; bad = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'torch', 'mcp', 'anthropic', 'httpx2'}); print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
