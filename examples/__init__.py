@@ -1,0 +1,1 @@
+"""Example targets shipped with the orchestrator (libraries a workflow can run against)."""

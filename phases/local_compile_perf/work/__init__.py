@@ -1,0 +1,1 @@
+"""Torch-side work of local-compile-perf: run only inside worker subprocesses."""

@@ -1,0 +1,208 @@
+"""Measurement traps (skill-rules B.13) checked on a real harness before any baseline.
+
+Each check runs the harness's own code and reports pass or fail with its evidence:
+
+    detached_inputs     inputs are leaves with requires_grad, and a step gives them a grad
+    accumulating_grads  a second step leaves fresh grads equal to one step's, not 2x
+    unseeded_state      two builds with one seed give bitwise equal params, buffers, inputs
+    precision_mismatch  the harness's fp32_precision is the target trainer's, and build set it
+
+The worker entry ``run_trap_checks`` loads the harness by reference in the target's
+Python (cwd = target) and answers with every finding; the engine refuses to baseline a
+harness with any failed finding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from phases.local_compile_perf.harness import Harness, HarnessSpecRecord, load_harness
+from phases.local_compile_perf.tree_adapter import resolve_target_fp32_precision
+
+if TYPE_CHECKING:
+    import torch
+
+TrapCode = Literal["detached_inputs", "accumulating_grads", "unseeded_state", "precision_mismatch"]
+GRAD_REPEAT_RTOL = 1e-2
+"""Relative L2 between two steps' grads above which a grad counts as not repeated."""
+
+
+class TrapFinding(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    trap: TrapCode
+    status: Literal["pass", "fail"]
+    message: str
+    """What was checked and, on failure, the culprit and where to fix it."""
+    evidence: dict[str, float | int | str] = {}
+
+
+class TrapRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    harness: str
+    """Harness ref, e.g. "examples.moe_layer.harness:build_harness" or "hf:qwen3_moe"."""
+    tokens: int = 256
+    device: str = "cpu"
+    seed: int = 0
+
+
+class TrapResponse(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    spec: HarnessSpecRecord
+    findings: tuple[TrapFinding, ...]
+    passed: bool
+    torch_version: str
+
+
+def _finding(trap: TrapCode, problems: list[str], ok_message: str, **evidence: float | int | str) -> TrapFinding:
+    if problems:
+        return TrapFinding(trap=trap, status="fail", message="; ".join(problems), evidence=evidence)
+    return TrapFinding(trap=trap, status="pass", message=ok_message, evidence=evidence)
+
+
+def check_detached_inputs(harness: Harness, *, tokens: int, device: str, dtype: "torch.dtype") -> TrapFinding:
+    """Inputs must be grad-requiring leaves that receive a grad from one step."""
+    workload = harness.build(tokens=tokens, device=device, dtype=dtype, seed=0)
+    problems = [
+        f"input {i} is_leaf={x.is_leaf} requires_grad={x.requires_grad}"
+        for i, x in enumerate(workload.inputs) if not (x.is_leaf and x.requires_grad)
+    ]
+    harness.bind_regions([])
+    workload.step()
+    problems += [f"input {i} got no grad from step() (detached inside forward?)"
+                 for i, x in enumerate(workload.inputs) if x.requires_grad and x.grad is None]
+    if problems:
+        problems.append(f"fix {harness.spec.name}'s build(): inputs as in training, randn(..., requires_grad=True)")
+    return _finding("detached_inputs", problems, "inputs are leaves and receive grads", inputs=len(workload.inputs))
+
+
+def check_accumulating_grads(harness: Harness, *, tokens: int, device: str, dtype: "torch.dtype") -> TrapFinding:
+    """After two steps each grad is a new tensor equal to one step's grad (not the sum)."""
+    workload = harness.build(tokens=tokens, device=device, dtype=dtype, seed=0)
+    harness.bind_regions([])
+    tensors = [*workload.layers.parameters(), *workload.inputs]
+    workload.step()
+    first = [t.grad for t in tensors]
+    # NOTE: clones, since an accumulating step adds into these very tensors.
+    first_values = [None if g is None else g.detach().clone() for g in first]
+    workload.step()
+    reused, worst = [], 0.0
+    for index, (t, g1, v1) in enumerate(zip(tensors, first, first_values)):
+        if v1 is None or t.grad is None:
+            continue
+        if t.grad is g1:
+            reused.append(index)
+        rel = float((t.grad.float() - v1.float()).norm() / v1.float().norm().clamp_min(1e-30))
+        worst = max(worst, rel)
+    problems = [f"{len(reused)} tensor(s) kept the same grad object across steps (first: {reused[:5]})"] if reused else []
+    if worst > GRAD_REPEAT_RTOL:
+        problems.append(f"second step's grads differ from the first by rel L2 {worst:.3g} (2x would be 1.0)")
+    if problems:
+        problems.append(f"fix {harness.spec.name}'s step(): set every grad to None before forward")
+    with_grad = sum(g is not None for g in first)
+    if with_grad == 0:
+        problems.append("step() produced no grads at all")
+    return _finding("accumulating_grads", problems, "grads are fresh each step",
+                    max_rel_l2=worst, tensors_with_grad=with_grad)
+
+
+def digest_workload(workload: object) -> dict[str, str]:
+    """sha256 of every parameter, buffer and input, by name."""
+    layers = workload.layers  # type: ignore[attr-defined]
+    named = [*layers.named_parameters(), *layers.named_buffers()]
+    named += [(f"input{i}", x) for i, x in enumerate(workload.inputs)]  # type: ignore[attr-defined]
+    return {name: _digest(t) for name, t in named}
+
+
+def _digest(t: "torch.Tensor") -> str:
+    import torch
+
+    data = t.detach().cpu().contiguous()
+    if data.is_complex():
+        data = torch.view_as_real(data)
+    return hashlib.sha256(data.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def check_unseeded_state(harness: Harness, *, tokens: int, device: str, dtype: "torch.dtype") -> TrapFinding:
+    """Same seed twice -> bitwise equal state; another seed -> different state."""
+    first = digest_workload(harness.build(tokens=tokens, device=device, dtype=dtype, seed=0))
+    again = digest_workload(harness.build(tokens=tokens, device=device, dtype=dtype, seed=0))
+    other = digest_workload(harness.build(tokens=tokens, device=device, dtype=dtype, seed=1))
+    differ = sorted(name for name in first if first[name] != again.get(name))
+    problems = []
+    if differ:
+        problems.append(f"{len(differ)} tensor(s) differ between two builds with seed 0: {differ[:5]}; "
+                        "create them after torch.manual_seed(seed) (never torch.empty without init)")
+    if first == other:
+        problems.append("seed 0 and seed 1 build identical state: build() ignores its seed")
+    return _finding("unseeded_state", problems, "state is a function of the seed", tensors=len(first))
+
+
+def check_precision(harness: Harness, *, target: Path, tokens: int, device: str, dtype: "torch.dtype") -> TrapFinding:
+    """The harness's fp32 precision is the trainer's, and build() applies it."""
+    import torch
+
+    expected, source = resolve_target_fp32_precision(target)
+    declared = harness.spec.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "none"
+    harness.build(tokens=tokens, device=device, dtype=dtype, seed=0)
+    applied = torch.backends.cuda.matmul.fp32_precision
+    applied = "ieee" if applied == "none" else applied
+    problems = []
+    if expected is None:
+        problems.append(f"target sets conflicting fp32 precisions ({source}); decide which trainer applies")
+    elif declared != expected:
+        problems.append(f"harness declares fp32_precision={declared!r} but the trainer sets {expected!r} ({source})")
+    if applied != declared:
+        problems.append(f"after build() torch.backends.cuda.matmul.fp32_precision is {applied!r}, not {declared!r}")
+    if problems:
+        problems.append(f"fix {harness.spec.name}'s spec/build()")
+    return _finding("precision_mismatch", problems, f"fp32 precision {declared!r} matches the trainer",
+                    declared=declared, applied=applied, trainer=str(expected), source=source)
+
+
+def check_harness_traps(harness: Harness, *, tokens: int, device: str, target: Path | None = None) -> list[TrapFinding]:
+    """Run every trap check on ``harness`` (bf16, as in timing) and return all findings.
+
+    Args:
+        harness: a loaded harness.
+        tokens: packed tokens per build (small is enough: the traps are not shape bound).
+        device: "cpu" or "cuda".
+        target: the target tree, for the trainer's fp32 precision; default the cwd
+            (a worker's cwd is the target).
+    """
+    import torch
+
+    dtype = torch.bfloat16
+    kwargs = dict(tokens=tokens, device=device, dtype=dtype)
+    return [
+        check_detached_inputs(harness, **kwargs),
+        check_accumulating_grads(harness, **kwargs),
+        check_unseeded_state(harness, **kwargs),
+        check_precision(harness, target=target or Path.cwd(), **kwargs),
+    ]
+
+
+def run_trap_checks(request: dict) -> dict:
+    """Worker entry: ``TrapRequest`` in, ``TrapResponse`` out (as JSON-able dicts)."""
+    import torch
+
+    from orchestrator.progress import report
+
+    req = TrapRequest.model_validate(request)
+    report(f"loading harness {req.harness}")
+    harness = load_harness(req.harness)
+    report("checking measurement traps")
+    findings = check_harness_traps(harness, tokens=req.tokens, device=req.device)
+    return TrapResponse(
+        spec=HarnessSpecRecord.from_spec(harness.spec),
+        findings=tuple(findings),
+        passed=all(f.status == "pass" for f in findings),
+        torch_version=torch.__version__,
+    ).model_dump(mode="json")

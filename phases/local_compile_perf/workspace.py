@@ -1,0 +1,194 @@
+"""The embedded target as a git workspace: pristine ``main`` plus one branch per candidate.
+
+``materialize_embedded_workspace(state_dir)`` copies ``examples/moe_layer`` (with the
+``examples`` package marker) into ``state_dir/workspaces/moe-layer-<hash>/``, where the
+hash covers the library and the candidate folders, so an edit to either makes a new
+workspace instead of silently reusing a stale one. The tree is built in a temporary
+folder and renamed into place, so a crash never leaves a half-made workspace behind;
+an existing clean workspace is reused and only missing candidate branches are added.
+
+Candidates live in ``candidates/<name>/`` (``meta.json`` + whole-file replacements under
+``files/``); each becomes one commit on top of ``main`` on its ``branch``. Engine side:
+GitPython only, no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LIBRARY_FILES_ROOT = PROJECT_ROOT
+LIBRARY_DIR = Path("examples") / "moe_layer"
+CANDIDATES_DIR = Path(__file__).resolve().parent / "candidates"
+BOT = git.Actor("orchestrator", "orchestrator@localhost")
+GITIGNORE = "__pycache__/\n*.pyc\n"
+
+
+class WorkspaceError(RuntimeError):
+    """The workspace cannot be made or reused; the message says what to do."""
+
+    code = "workspace_unusable"
+
+
+class CandidateMeta(BaseModel):
+    """``candidates/<name>/meta.json``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    label: str
+    pattern: int
+    branch: str
+    regions: tuple[str, ...]
+    files: tuple[str, ...]
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate:
+    """One candidate rewrite: its metadata and the folder holding its replacement files."""
+
+    name: str
+    meta: CandidateMeta
+    files_dir: Path
+
+
+def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
+    """Return every candidate under ``root``, sorted by name.
+
+    Raises:
+        WorkspaceError: listing every bad meta.json or missing replacement file at once.
+    """
+    candidates, problems = [], []
+    for folder in sorted(p for p in root.iterdir() if (p / "meta.json").is_file()):
+        try:
+            meta = CandidateMeta.model_validate_json((folder / "meta.json").read_text())
+        except ValidationError as exc:
+            problems.append(f"{folder.name}/meta.json: {exc.error_count()} invalid field(s)")
+            continue
+        missing = [f for f in meta.files if not (folder / "files" / f).is_file()]
+        if missing:
+            problems.append(f"{folder.name}: files/ lacks {missing}")
+        candidates.append(Candidate(name=folder.name, meta=meta, files_dir=folder / "files"))
+    if problems:
+        raise WorkspaceError(f"{len(problems)} bad candidate(s) in {root}: " + "; ".join(problems))
+    return tuple(candidates)
+
+
+def library_files(root: Path = LIBRARY_FILES_ROOT) -> tuple[Path, ...]:
+    """Relative paths of the library files that go into the workspace, sorted."""
+    package = [
+        p.relative_to(root)
+        for p in sorted((root / LIBRARY_DIR).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    ]
+    return (Path("examples") / "__init__.py", *package)
+
+
+def compute_content_hash(*, root: Path = LIBRARY_FILES_ROOT, candidates_root: Path = CANDIDATES_DIR) -> str:
+    """Return 12 hex digits of sha256 over the library files and the candidate folders."""
+    digest = hashlib.sha256()
+    tracked = [(str(p), root / p) for p in library_files(root)]
+    tracked += [
+        (f"candidates/{p.relative_to(candidates_root)}", p)
+        for p in sorted(candidates_root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+    for name, path in tracked:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def materialize_embedded_workspace(state_dir: Path) -> Path:
+    """Return the path of a clean embedded workspace, creating it when needed.
+
+    Args:
+        state_dir: the orchestrator state folder; the workspace goes under
+            ``state_dir/workspaces/``.
+
+    Raises:
+        WorkspaceError: the workspace exists but has uncommitted changes, or is not on
+            a git repository.
+    """
+    candidates = load_candidates()
+    path = Path(state_dir) / "workspaces" / f"moe-layer-{compute_content_hash()}"
+    if path.exists():
+        return _reuse_workspace(path, candidates)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _build_workspace(tmp, candidates)
+    os.replace(tmp, path)
+    return path
+
+
+def _build_workspace(path: Path, candidates: tuple[Candidate, ...]) -> None:
+    for rel in library_files():
+        dst = path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(LIBRARY_FILES_ROOT / rel, dst)
+    (path / ".gitignore").write_text(GITIGNORE)
+    repo = git.Repo.init(path, initial_branch="main")
+    repo.git.add(A=True)
+    repo.index.commit("moe_layer: pristine library", author=BOT, committer=BOT)
+    for candidate in candidates:
+        _commit_candidate(repo, candidate)
+
+
+def _commit_candidate(repo: git.Repo, candidate: Candidate) -> None:
+    """Add ``candidate`` as one commit on top of ``main`` on its branch; back on main after."""
+    repo.git.checkout("-b", candidate.meta.branch, "main")
+    try:
+        root = Path(repo.working_tree_dir)
+        for rel in candidate.meta.files:
+            shutil.copy2(candidate.files_dir / rel, root / rel)
+        repo.index.add(list(candidate.meta.files))
+        repo.index.commit(
+            f"{candidate.meta.message}\n\nCandidate: {candidate.name} (pattern {candidate.meta.pattern})",
+            author=BOT,
+            committer=BOT,
+        )
+    finally:
+        repo.git.checkout("main")
+
+
+def _reuse_workspace(path: Path, candidates: tuple[Candidate, ...]) -> Path:
+    try:
+        repo = git.Repo(path)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise WorkspaceError(f"workspace {path} is not a git repository; delete it and rerun") from exc
+    if repo.is_dirty(untracked_files=True):
+        raise WorkspaceError(
+            f"workspace {path} has uncommitted changes ({', '.join(_dirty_paths(repo))}); "
+            f"commit them on a branch or run `git -C {path} checkout -- . && git clean -fd`"
+        )
+    heads = {head.name for head in repo.heads}
+    missing = [c for c in candidates if c.meta.branch not in heads]
+    if missing:
+        active = repo.active_branch.name
+        repo.git.checkout("main")
+        for candidate in missing:
+            _commit_candidate(repo, candidate)
+        repo.git.checkout(active)
+    return path
+
+
+def _dirty_paths(repo: git.Repo) -> list[str]:
+    changed = [item.a_path for item in repo.index.diff(None)]
+    return sorted(changed + list(repo.untracked_files))[:10]
+
+
+def describe_workspace(path: Path) -> dict[str, str]:
+    """Return ``{branch: commit hexsha}`` for every branch of the workspace (for the trail)."""
+    repo = git.Repo(path)
+    return {head.name: head.commit.hexsha for head in repo.heads}
+
+
+def candidate_regions() -> dict[str, tuple[str, ...]]:
+    """Return ``{branch: regions to enable}`` for every shipped candidate."""
+    return {c.meta.branch: c.meta.regions for c in load_candidates()}

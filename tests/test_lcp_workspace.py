@@ -1,0 +1,84 @@
+"""The embedded workspace: a real git repo with main + one commit per candidate branch."""
+
+from __future__ import annotations
+
+import shutil
+
+import git
+import pytest
+
+from phases.local_compile_perf import workspace
+from phases.local_compile_perf.workspace import (
+    WorkspaceError,
+    compute_content_hash,
+    describe_workspace,
+    load_candidates,
+    materialize_embedded_workspace,
+)
+
+
+@pytest.fixture
+def made(tmp_path):
+    return materialize_embedded_workspace(tmp_path / "state")
+
+
+def test_workspace_layout_and_branches(made, tmp_path):
+    assert made.parent == tmp_path / "state" / "workspaces"
+    assert made.name == f"moe-layer-{compute_content_hash()}"
+    repo = git.Repo(made)
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+    assert (made / "examples" / "moe_layer" / "local_compile.py").is_file()
+    branches = {c.meta.branch for c in load_candidates()}
+    assert {"candidate/real-rope", "candidate/narrow-scores", "candidate/norm-rope-cat"} <= branches
+    assert set(describe_workspace(made)) == branches | {"main"}
+
+
+def test_each_candidate_is_one_commit_touching_its_files(made):
+    repo = git.Repo(made)
+    main = repo.heads.main.commit
+    for candidate in load_candidates():
+        tip = repo.heads[candidate.meta.branch].commit
+        assert tip.parents == (main,), candidate.name
+        changed = sorted(d.a_path for d in main.diff(tip))
+        assert changed == sorted(candidate.meta.files), candidate.name
+        for rel in candidate.meta.files:
+            assert (tip.tree / rel).data_stream.read() == (candidate.files_dir / rel).read_bytes()
+            assert (main.tree / rel).data_stream.read() != (candidate.files_dir / rel).read_bytes()
+
+
+def test_materialize_is_idempotent_and_restores_missing_branches(made, tmp_path):
+    before = describe_workspace(made)
+    assert materialize_embedded_workspace(tmp_path / "state") == made
+    assert describe_workspace(made) == before
+    repo = git.Repo(made)
+    repo.delete_head("candidate/real-rope", force=True)
+    materialize_embedded_workspace(tmp_path / "state")
+    after = describe_workspace(made)
+    assert set(after) == set(before) and after["main"] == before["main"]
+
+
+def test_dirty_workspace_is_refused(made, tmp_path):
+    (made / "examples" / "moe_layer" / "rope.py").write_text("# edited\n")
+    with pytest.raises(WorkspaceError, match="rope.py"):
+        materialize_embedded_workspace(tmp_path / "state")
+
+
+def test_content_hash_follows_candidates(tmp_path):
+    copy = tmp_path / "candidates"
+    shutil.copytree(workspace.CANDIDATES_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    base = compute_content_hash(candidates_root=copy)
+    assert base == compute_content_hash()
+    meta = copy / "real-rope" / "meta.json"
+    meta.write_text(meta.read_text().replace("RoPE in real arithmetic", "RoPE, real"))
+    assert compute_content_hash(candidates_root=copy) != base
+
+
+def test_bad_candidate_is_reported(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "meta.json").write_text(
+        '{"label": "x", "pattern": 1, "branch": "candidate/x", "regions": [], '
+        '"files": ["examples/moe_layer/nope.py"], "message": "x"}'
+    )
+    with pytest.raises(WorkspaceError, match="nope.py"):
+        load_candidates(tmp_path)
