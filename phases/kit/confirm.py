@@ -1,0 +1,142 @@
+"""Confirm a number as the median of fresh processes, watching the GPU for intruders.
+
+Each run is a new process of ``command`` (typically ``python -m phases.kit.measure_once``)
+that prints one ``RESULT {json}`` line on success. Only that run's own output is parsed: a
+run that exits non-zero or prints no RESULT is a FAILED row, so a crash can never reuse an
+earlier run's result. While a run is alive, ``nvidia-smi --query-compute-apps=pid`` is polled
+(when the tool exists); any compute process that is not the run or one of its children is
+recorded on the row, which is then contaminated and should be rerun. Stdlib only: this
+module runs in the engine process too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from phases.kit.records import Confirmation, NotApplicable, RunOutcome
+
+RESULT_PREFIX = "RESULT "
+POLL_INTERVAL_S = 0.5
+
+
+def parse_result(output: str) -> dict | None:
+    """The JSON of the last ``RESULT {json}`` line of one run's output, or None."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            try:
+                return json.loads(line[len(RESULT_PREFIX):])
+            except ValueError:
+                return None
+    return None
+
+
+def probe_gpu_pids() -> set[int] | None:
+    """PIDs of GPU compute processes, or None when nvidia-smi is absent or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return {int(tok) for tok in out.split() if tok.strip().isdigit()}
+
+
+def _descendants(pid: int) -> set[int]:
+    """``pid`` and every process below it, from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    family, grew = {pid}, True
+    while grew:
+        new = {child for child, parent in parents.items() if parent in family} - family
+        family |= new
+        grew = bool(new)
+    return family
+
+
+def run_once(
+    command: Sequence[str], *, index: int, env: Mapping[str, str] | None, poll_gpu: bool, timeout_s: float
+) -> RunOutcome:
+    """One fresh process; RESULT parsed from its own output only."""
+    foreign: set[int] = set()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            if poll_gpu and (pids := probe_gpu_pids()):
+                foreign |= pids - _descendants(proc.pid)
+            if time.monotonic() > deadline:
+                proc.kill()
+            time.sleep(POLL_INTERVAL_S)
+        log.seek(0)
+        output = log.read()
+    result = parse_result(output) if proc.returncode == 0 else None
+    return RunOutcome(
+        index=index,
+        status="ok" if result is not None else "FAILED",
+        result=result,
+        returncode=proc.returncode,
+        foreign_pids=tuple(sorted(foreign)),
+        log_tail=output[-2000:],
+    )
+
+
+def confirm_in_fresh_processes(
+    command: Sequence[str],
+    *,
+    runs: int = 3,
+    env: Mapping[str, str] | None = None,
+    poll_gpu: bool = True,
+    metric: str = "wall_ms",
+    timeout_s: float = 600,
+) -> Confirmation:
+    """Run ``command`` ``runs`` times, each in a fresh process, and collect ``metric``.
+
+    Args:
+        command: argv of one measurement; must print ``RESULT {json}`` with ``metric``.
+        runs: fresh processes (3 for a cited number).
+        env: extra environment for every run.
+        poll_gpu: poll nvidia-smi during each run for foreign compute processes.
+        metric: top-level key of the RESULT json that becomes a sample.
+        timeout_s: per run; a run killed at the limit is FAILED.
+
+    Returns:
+        Confirmation with every run (ok or FAILED), the samples of the ok runs, and whether
+        GPU polling was possible here.
+    """
+    can_poll = poll_gpu and probe_gpu_pids() is not None
+    outcomes = [run_once(command, index=i, env=env, poll_gpu=can_poll, timeout_s=timeout_s) for i in range(runs)]
+    outcomes = [_check_metric(o, metric) for o in outcomes]
+    gpu_poll = "nvidia-smi" if can_poll else NotApplicable(
+        reason="GPU polling disabled" if not poll_gpu else "nvidia-smi not available: no GPU on this host"
+    )
+    return Confirmation(
+        command=tuple(command),
+        runs=tuple(outcomes),
+        metric=metric,
+        samples=tuple(float(o.result[metric]) for o in outcomes if o.status == "ok"),
+        gpu_poll=gpu_poll,
+    )
+
+
+def _check_metric(outcome: RunOutcome, metric: str) -> RunOutcome:
+    """A RESULT without the metric is FAILED too (the run did not measure what was asked)."""
+    if outcome.status == "ok" and not isinstance((outcome.result or {}).get(metric), (int, float)):
+        tail = f"{outcome.log_tail}\nRESULT has no numeric {metric!r}"
+        return outcome.model_copy(update={"status": "FAILED", "log_tail": tail[-2000:]})
+    return outcome

@@ -1,0 +1,205 @@
+"""Numerical parity of a candidate tree against eager, in bf16 and fp32, plus an fp64 reference.
+
+A capture runs one seeded fwd+bwd and keeps fp64 CPU copies of the output and of EVERY
+grad (each parameter by name, each input), so nothing is judged on the output alone. The
+loss is ``out.square().mean()`` computed in fp32 for bf16/fp32 runs (as the training step
+does) and in fp64 for the fp64 reference: a ``.float()`` there would quietly make the
+reference an fp32 one, so the reference run is also watched by a dispatch mode and every
+op whose floating result is not fp64 is reported as a downcast. Candidate vs eager at the
+same dtype must be within ~1 bf16 ulp (rel L2); against fp64, the candidate's error may
+exceed eager's error by at most that much. Region binding is process-wide, so each side's
+binding is applied right before its own capture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from phases.kit.records import Comparison, Correctness, TensorDiff
+
+if TYPE_CHECKING:
+    import torch
+
+    from phases.local_compile_perf.harness import Harness, Workload
+
+BF16_ULP_REL_TOL = 2.0**-7
+"""~1 bf16 ulp as a relative error: bf16 keeps 8 significant bits (7 stored + 1 implicit),
+so neighbouring values near 1.0 differ by 2**-7 (0.0078125). A relative L2 gap at or under
+this is within the rounding of a single bf16 value."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Captured:
+    """fp64 CPU copies of one fwd+bwd: "output", "grad:<param name>", "grad:input<i>"."""
+
+    tensors: dict[str, "torch.Tensor"]
+    dtype: str
+
+
+def _noop() -> None:
+    return None
+
+
+def capture_fwd_bwd(workload: "Workload") -> Captured:
+    """Run one fwd+bwd (grads set to None first) and copy output and every grad to fp64."""
+    import torch
+
+    params = dict(workload.layers.named_parameters())
+    for p in params.values():
+        p.grad = None
+    for x in workload.inputs:
+        x.grad = None
+    out = workload.forward()
+    loss_dtype = torch.float64 if out.dtype == torch.float64 else torch.float32
+    out.to(loss_dtype).square().mean().backward()
+    tensors = {"output": out.detach().to("cpu", torch.float64)}
+    named = [*(("grad:" + n, p) for n, p in params.items()), *((f"grad:input{i}", x) for i, x in enumerate(workload.inputs))]
+    for name, t in named:
+        if t.grad is not None:
+            tensors[name] = t.grad.detach().to("cpu", torch.float64)
+    return Captured(tensors=tensors, dtype=str(out.dtype).removeprefix("torch."))
+
+
+def rel_l2(a: "torch.Tensor", b: "torch.Tensor") -> float:
+    """||a - b|| / ||b|| in fp64 (||a|| when b is all zeros, so an all-zero pair gives 0)."""
+    import torch
+
+    if a.shape != b.shape:
+        return float("inf")
+    denom = torch.linalg.vector_norm(b).item()
+    diff = torch.linalg.vector_norm(a - b).item()
+    return diff / denom if denom else diff
+
+
+def compare_captures(candidate: Captured, reference: Captured, *, label: str, tolerance: float = BF16_ULP_REL_TOL) -> Comparison:
+    """Rel L2 per tensor; a tensor present on one side only is a failing row (inf)."""
+    names = sorted(set(candidate.tensors) | set(reference.tensors))
+    diffs = []
+    for name in names:
+        a, b = candidate.tensors.get(name), reference.tensors.get(name)
+        err = rel_l2(a, b) if a is not None and b is not None else float("inf")
+        diffs.append(TensorDiff(name=name, rel_l2=err, within=err <= tolerance))
+    return Comparison(label=label, tolerance=tolerance, diffs=tuple(diffs))
+
+
+def compare_vs_fp64(candidate: Captured, eager: Captured, fp64: Captured, *, label: str, tolerance: float = BF16_ULP_REL_TOL) -> Comparison:
+    """Candidate's error vs fp64 may exceed eager's error vs fp64 by at most ``tolerance``."""
+    cand = compare_captures(candidate, fp64, label=label, tolerance=tolerance)
+    base = {d.name: d.rel_l2 for d in compare_captures(eager, fp64, label=label, tolerance=tolerance).diffs}
+    diffs = tuple(d.model_copy(update={"within": d.rel_l2 <= base.get(d.name, float("inf")) + tolerance}) for d in cand.diffs)
+    return cand.model_copy(update={"diffs": diffs})
+
+
+def compare_to_reference(
+    candidate_workload: "Workload",
+    reference_workload: "Workload",
+    *,
+    bind_candidate: Callable[[], None] = _noop,
+    bind_reference: Callable[[], None] = _noop,
+    tolerance: float = BF16_ULP_REL_TOL,
+    seed: int | None = None,
+) -> Correctness:
+    """Compare output and every grad of two workloads built from the same seed.
+
+    Args:
+        candidate_workload, reference_workload: built with identical seeds and shapes.
+        bind_candidate, bind_reference: run right before each capture (region binding
+            is process-wide, e.g. ``lambda: harness.bind_regions([])``).
+        tolerance: rel L2 allowed per tensor.
+        seed: the seed both were built with, for the record.
+
+    Returns:
+        Correctness with one comparison; an fp64 reference is also checked for downcasts.
+    """
+    bind_candidate()
+    cand = capture_fwd_bwd(candidate_workload)
+    bind_reference()
+    ref, downcasts = capture_watching_dtype(reference_workload)
+    label = f"{cand.dtype} candidate vs {ref.dtype} reference"
+    return Correctness(
+        comparisons=(compare_captures(cand, ref, label=label, tolerance=tolerance),),
+        reference_dtype=ref.dtype,
+        reference_downcasts=downcasts if ref.dtype == "float64" else (),
+        seed=seed,
+    )
+
+
+def capture_watching_dtype(workload: "Workload") -> tuple[Captured, tuple[str, ...]]:
+    """Capture, and name every op whose floating result differs from the output's dtype."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    expected = next(iter(workload.layers.parameters())).dtype
+    allowed = {expected, torch.complex128} if expected == torch.float64 else {expected}
+    seen: set[str] = set()
+
+    class _DtypeWatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.dtype not in allowed:
+                    seen.add(f"{func} -> {str(t.dtype).removeprefix('torch.')}")
+            return out
+
+    with _DtypeWatch():
+        captured = capture_fwd_bwd(workload)
+    return captured, tuple(sorted(seen))
+
+
+def check_correctness(
+    harness: "Harness", *, candidate_tree: str, tokens: int, device: str, seed: int = 0, num_layers: int = 2
+) -> Correctness:
+    """Candidate tree vs eager in bf16 and fp32, and both vs an fp64 eager reference.
+
+    Args:
+        harness: the target's harness (regions are bound here, process-wide).
+        candidate_tree: a measure_once tree name, e.g. "regions:rope,router" or "per_layer".
+        tokens, device, seed, num_layers: the workload; the same seed for every build.
+
+    Returns:
+        Correctness: 2 same-dtype comparisons, 2 vs-fp64 comparisons, downcasts found in
+        the fp64 reference.
+    """
+    import torch
+
+    from phases.kit.measure_once import build_tree_workload
+
+    def capture(tree: str, dtype: "torch.dtype", watch: bool = False) -> Any:
+        wl = build_tree_workload(harness, tree, tokens=tokens, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
+        return capture_watching_dtype(wl) if watch else capture_fwd_bwd(wl)
+
+    fp64, downcasts = capture("eager", torch.float64, watch=True)
+    comparisons = []
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        eager, cand = capture("eager", dtype), capture(candidate_tree, dtype)
+        comparisons.append(compare_captures(cand, eager, label=f"{name} {candidate_tree} vs {name} eager"))
+        comparisons.append(compare_vs_fp64(cand, eager, fp64, label=f"{name} {candidate_tree} vs fp64 eager (error not above {name} eager's + tol)"))
+    harness.bind_regions([])
+    return Correctness(comparisons=tuple(comparisons), reference_dtype="float64", reference_downcasts=downcasts, seed=seed)
+
+
+class CorrectnessRequest(BaseModel):
+    """Worker input of ``correctness_worker``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    candidate_tree: str
+    """A measure_once tree, e.g. "regions:rope,router"."""
+    tokens: int
+    device: str = "cuda"
+    seed: int = 0
+    num_layers: int = 2
+
+
+def correctness_worker(request: dict) -> dict:
+    """Worker entry ``phases.kit.correctness:correctness_worker``: CorrectnessRequest -> Correctness."""
+    from phases.local_compile_perf.harness import load_harness
+
+    req = CorrectnessRequest.model_validate(request)
+    res = check_correctness(load_harness(req.harness), candidate_tree=req.candidate_tree, tokens=req.tokens,
+                            device=req.device, seed=req.seed, num_layers=req.num_layers)
+    return res.model_dump(mode="json")

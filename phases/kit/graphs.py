@@ -1,0 +1,129 @@
+"""Graph budget: how many graphs a region compiles over every shape the model uses.
+
+Dynamo keeps one cache entry per compiled graph of a function; with ``fullgraph=True``
+going past ``torch._dynamo.config.recompile_limit`` is a hard error, not a fallback, so
+the count must be taken over every training token count, every call site and a
+``no_grad`` pass (grad mode is a guard). ``count_graphs`` resets Dynamo, runs the caller's
+pass once, then reads the global ``unique_graphs`` counter and, for the functions given,
+their cache entries. The headroom target is 75% of the limit (6 of the default 8).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from phases.kit.records import GraphCount
+
+if TYPE_CHECKING:
+    import torch
+
+    from phases.local_compile_perf.harness import Harness
+
+HEADROOM_SHARE = 0.75
+"""Graphs allowed per function as a share of recompile_limit (6 of 8)."""
+
+
+def count_graphs(
+    run_all_shapes: Callable[[], None],
+    *,
+    functions: Mapping[str, Callable[..., object]] | None = None,
+) -> GraphCount:
+    """Reset Dynamo, run every shape once, and count compiled graphs.
+
+    Args:
+        run_all_shapes: runs each token count (fwd+bwd) and a no_grad forward pass.
+        functions: region functions by name whose cache entries are counted one by one
+            (the undecorated function or its code object).
+
+    Returns:
+        GraphCount with the global count, per-function counts, the limit and the target;
+        a recompile-limit failure during the pass is recorded in ``limit_hit``.
+    """
+    import torch._dynamo
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters["stats"].clear()
+    limit_hit = ""
+    try:
+        run_all_shapes()
+    except FailOnRecompileLimitHit as err:
+        # NOTE: with fullgraph=True this is the overflow itself; it is the finding, not a crash.
+        limit_hit = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    limit = int(torch._dynamo.config.recompile_limit)
+    per_function = {
+        name: len(_debug_get_cache_entry_list(getattr(fn, "__code__", fn)))
+        for name, fn in (functions or {}).items()
+    }
+    return GraphCount(
+        unique_graphs=int(counters["stats"]["unique_graphs"]),
+        per_function=per_function,
+        recompile_limit=limit,
+        target=math.floor(limit * HEADROOM_SHARE),
+        limit_hit=limit_hit,
+    )
+
+
+def build_shape_pass(
+    harness: "Harness",
+    *,
+    tokens: Sequence[int],
+    device: str,
+    dtype: "torch.dtype",
+    seed: int,
+    num_layers: int = 2,
+) -> Callable[[], None]:
+    """A ``run_all_shapes`` for a harness: fwd+bwd at each token count, then no_grad.
+
+    The harness's regions must already be bound; workloads are built inside the pass so
+    each token count is a fresh set of inputs, as in training.
+    """
+
+    def run_all_shapes() -> None:
+        import torch
+
+        for n in tokens:
+            workload = harness.build(tokens=n, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
+            workload.step()
+            with torch.no_grad():
+                workload.forward()
+
+    return run_all_shapes
+
+
+class GraphBudgetRequest(BaseModel):
+    """Worker input of ``graph_budget_worker``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    """"module.path:factory" of the harness."""
+    regions: tuple[str, ...]
+    tokens: tuple[int, ...]
+    """Every training token count; each also gets a no_grad pass."""
+    device: str = "cuda"
+    dtype: str = "bf16"
+    seed: int = 0
+    num_layers: int = 2
+
+
+def graph_budget_worker(request: dict) -> dict:
+    """Worker entry ``phases.kit.graphs:graph_budget_worker``: GraphBudgetRequest -> GraphCount.
+
+    Per-function counts come from the harness's ``region_functions`` mapping when it has
+    one; otherwise only the global ``unique_graphs`` is reported.
+    """
+    from phases.kit.measure_once import resolve_dtype
+    from phases.local_compile_perf.harness import load_harness
+
+    req = GraphBudgetRequest.model_validate(request)
+    harness = load_harness(req.harness)
+    harness.bind_regions(list(req.regions))
+    run = build_shape_pass(harness, tokens=req.tokens, device=req.device, dtype=resolve_dtype(req.dtype),
+                           seed=req.seed, num_layers=req.num_layers)
+    functions = {n: f for n, f in getattr(harness, "region_functions", {}).items() if n in req.regions}
+    return count_graphs(run, functions=functions).model_dump(mode="json")

@@ -1,0 +1,208 @@
+"""One measurement of one tree in this process: the unit a fresh-process confirmation runs.
+
+``python -m phases.kit.measure_once --harness MOD:FN --tree eager|upstream|per_layer|regions:a,b
+--tokens N --device D`` builds the harness's workload under the tree, times it (CUDA events
+or host timer), profiles kernels, tries a whole-step CUDA-graph replay, and prints one line
+``RESULT {json}`` with every sample, kernel time, peak memory and provenance. Any failure
+raises and exits non-zero without a RESULT line, which confirm.py records as FAILED. The same
+work is a worker function (``measure_tree_worker``) for ``ctx.call_worker``.
+
+Trees: eager = no region bound; upstream = the regions the target enables today; per_layer =
+no region + ``torch.compile`` per block; regions:a,b = exactly those regions (a candidate,
+after its branch is checked out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from phases.kit.records import KernelRow, KernelTable, NotApplicable, Timing
+from phases.local_compile_perf.harness import HarnessSpecRecord
+
+if TYPE_CHECKING:
+    import torch
+
+    from phases.local_compile_perf.harness import Harness, HarnessSpec, Workload
+
+DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+TREE_FORMS = "eager | upstream | per_layer | regions:NAME[,NAME...]"
+
+
+class MeasureRequest(BaseModel):
+    """Worker input of ``measure_tree_worker`` (and the CLI's flags)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    """"module.path:factory" of the harness, imported in the worker."""
+    tree: str
+    tokens: int
+    device: str = "cuda"
+    dtype: str = "bf16"
+    seed: int = 0
+    num_layers: int = 2
+    warmup: int = 5
+    iters: int = 20
+    profile_steps: int = 5
+    cuda_graph: bool = True
+    target: str = "."
+    """Checkout whose commit goes into provenance."""
+    command: str = ""
+
+
+class MeasureResult(BaseModel):
+    """Worker output: one tree at one token count; ``wall_ms`` is the median sample."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    spec: HarnessSpecRecord
+    tree: str
+    regions: tuple[str, ...]
+    per_layer_compile: bool
+    tokens: int
+    dtype: str
+    ac_mode: str
+    fp32_precision: str
+    wall_ms: float
+    timing: Timing
+    kernel_ms: float
+    kernel_count: float
+    kernels: KernelTable
+    cuda_graph: Timing | NotApplicable
+    not_applicable: dict[str, str]
+    """Rows that do not apply on this device, with the reason (empty on a GPU)."""
+    provenance: dict
+
+
+def resolve_tree(spec: "HarnessSpec", tree: str) -> tuple[tuple[str, ...], bool]:
+    """(regions to bind, compile per layer) for a tree name; unknown regions are left to bind_regions."""
+    if tree == "eager":
+        return (), False
+    if tree == "upstream":
+        return tuple(spec.upstream_regions), False
+    if tree == "per_layer":
+        return (), True
+    if tree.startswith("regions:"):
+        return tuple(r for r in tree.removeprefix("regions:").split(",") if r), False
+    raise ValueError(f"measure_once: unknown tree {tree!r}; use {TREE_FORMS}")
+
+
+def resolve_dtype(name: str) -> "torch.dtype":
+    import torch
+
+    if name not in DTYPES:
+        raise ValueError(f"measure_once: unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
+    return getattr(torch, DTYPES[name])
+
+
+def build_tree_workload(
+    harness: "Harness", tree: str, *, tokens: int, device: str, dtype: "torch.dtype", seed: int, num_layers: int = 2
+) -> "Workload":
+    """Bind the tree's regions (process-wide), build the workload, compile per block if asked."""
+    regions, per_layer = resolve_tree(harness.spec, tree)
+    harness.bind_regions(list(regions))
+    workload = harness.build(tokens=tokens, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
+    if per_layer:
+        harness.compile_per_layer(workload)
+    return workload
+
+
+def set_fp32_precision(precision: str) -> None:
+    """Match the trainer's fp32 matmul precision ("ieee" | "tf32")."""
+    import torch
+
+    torch.backends.cuda.matmul.fp32_precision = precision
+
+
+def measure_tree(req: MeasureRequest) -> MeasureResult:
+    """Build, time, profile and (on CUDA) replay one tree; see the module docstring."""
+    from orchestrator.progress import report
+    from phases.kit.cudagraph import measure_cuda_graph_replay
+    from phases.kit.profile import profile_kernels
+    from phases.kit.provenance import collect_provenance
+    from phases.kit.timing import measure_step
+    from phases.local_compile_perf.harness import load_harness
+
+    harness = load_harness(req.harness)
+    set_fp32_precision(harness.spec.fp32_precision)
+    report(f"building {req.harness} tree={req.tree} tokens={req.tokens} on {req.device}")
+    workload = build_tree_workload(harness, req.tree, tokens=req.tokens, device=req.device,
+                                   dtype=resolve_dtype(req.dtype), seed=req.seed, num_layers=req.num_layers)
+    report(f"timing {req.warmup} warm-up + {req.iters} steps")
+    timing = measure_step(workload.step, warmup=req.warmup, iters=req.iters, device=req.device)
+    report(f"profiling {req.profile_steps} steps")
+    kernels = profile_kernels(workload.step, steps=req.profile_steps, device=req.device)
+    graph = (measure_cuda_graph_replay(workload.step, iters=req.iters, device=req.device)
+             if req.cuda_graph else NotApplicable(reason="CUDA-graph replay not requested"))
+    regions, per_layer = resolve_tree(harness.spec, req.tree)
+    return MeasureResult(
+        harness=req.harness, spec=HarnessSpecRecord.from_spec(harness.spec), tree=req.tree, regions=regions,
+        per_layer_compile=per_layer, tokens=req.tokens, dtype=req.dtype,
+        ac_mode=harness.spec.ac_mode, fp32_precision=harness.spec.fp32_precision,
+        wall_ms=timing.median_ms, timing=timing,
+        kernel_ms=kernels.total_ms_per_step, kernel_count=kernels.count_per_step,
+        kernels=_top(kernels, 40), cuda_graph=graph,
+        not_applicable=_not_applicable(timing=timing, kernels=kernels, graph=graph),
+        provenance=collect_provenance(command=req.command or _argv(), seed=req.seed, target=Path(req.target)),
+    )
+
+
+def _not_applicable(*, timing: Timing, kernels: KernelTable, graph: Timing | NotApplicable) -> dict[str, str]:
+    rows = {"peak_memory": timing.peak_memory, "cuda_graph": graph}
+    out = {name: row.reason for name, row in rows.items() if isinstance(row, NotApplicable)}
+    if kernels.activity != "cuda":
+        out["kernel_time"] = kernels.note
+    if timing.timer == "host":
+        out["cuda_event_timing"] = "host timer (time.perf_counter) used: no CUDA device"
+    return out
+
+
+def _top(table: KernelTable, n: int) -> KernelTable:
+    """Keep the n largest rows; the family summary still covers every row."""
+    rows: tuple[KernelRow, ...] = table.rows[:n]
+    return table.model_copy(update={"rows": rows})
+
+
+def _argv() -> str:
+    return " ".join([sys.executable, "-m", "phases.kit.measure_once", *sys.argv[1:]])
+
+
+def measure_tree_worker(request: dict) -> dict:
+    """Worker entry ``phases.kit.measure_once:measure_tree_worker``: MeasureRequest -> MeasureResult."""
+    return measure_tree(MeasureRequest.model_validate(request)).model_dump(mode="json")
+
+
+def parse_args(argv: Sequence[str]) -> MeasureRequest:
+    p = argparse.ArgumentParser(prog="python -m phases.kit.measure_once", description=__doc__.splitlines()[0])
+    p.add_argument("--harness", required=True, help="module.path:factory")
+    p.add_argument("--tree", required=True, help=TREE_FORMS)
+    p.add_argument("--tokens", required=True, type=int)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--seed", default=0, type=int)
+    p.add_argument("--num-layers", default=2, type=int)
+    p.add_argument("--warmup", default=5, type=int)
+    p.add_argument("--iters", default=20, type=int)
+    p.add_argument("--profile-steps", default=5, type=int)
+    p.add_argument("--no-cuda-graph", action="store_true")
+    p.add_argument("--target", default=".")
+    a = p.parse_args(list(argv))
+    return MeasureRequest(
+        harness=a.harness, tree=a.tree, tokens=a.tokens, device=a.device, dtype=a.dtype, seed=a.seed,
+        num_layers=a.num_layers, warmup=a.warmup, iters=a.iters, profile_steps=a.profile_steps,
+        cuda_graph=not a.no_cuda_graph, target=a.target, command=_argv(),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    result = measure_tree(parse_args(sys.argv[1:] if argv is None else argv))
+    print("RESULT " + json.dumps(result.model_dump(mode="json"), sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

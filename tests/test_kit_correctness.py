@@ -1,0 +1,81 @@
+"""Correctness: output and every grad vs eager (bf16, fp32) and vs a true fp64 reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from phases.kit.correctness import (
+    BF16_ULP_REL_TOL, capture_fwd_bwd, capture_watching_dtype, check_correctness, compare_to_reference, rel_l2,
+)
+from tests.test_kit_tiny_harness import TinyWorkload, build_harness
+
+
+def test_tolerance_is_one_bf16_ulp():
+    assert BF16_ULP_REL_TOL == 0.0078125
+    one = torch.tensor([1.0], dtype=torch.bfloat16)
+    assert torch.nextafter(one, torch.tensor([2.0], dtype=torch.bfloat16)).item() - 1.0 == BF16_ULP_REL_TOL
+
+
+def test_rel_l2():
+    b = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    assert rel_l2(b, b) == 0.0
+    assert rel_l2(b + torch.tensor([0.0, 0.5], dtype=torch.float64), b) == pytest.approx(0.1)
+    assert rel_l2(torch.zeros(2), torch.zeros(2)) == 0.0
+    assert rel_l2(torch.zeros(3), torch.zeros(2)) == float("inf")
+
+
+def test_capture_covers_output_every_param_grad_and_every_input_grad():
+    wl = build_harness().build(tokens=16, device="cpu", dtype=torch.float32, seed=0)
+    cap = capture_fwd_bwd(wl)
+    n_params = len(list(wl.layers.parameters()))
+    assert len(cap.tensors) == 1 + n_params + len(wl.inputs) == 8
+    assert {"output", "grad:input0", "grad:0.w13.weight", "grad:1.norm_weight"} <= set(cap.tensors)
+    assert all(t.dtype == torch.float64 for t in cap.tensors.values())
+
+
+def test_same_seed_is_identical_and_a_perturbed_weight_is_named():
+    harness = build_harness()
+    ref = harness.build(tokens=16, device="cpu", dtype=torch.float32, seed=3)
+    same = harness.build(tokens=16, device="cpu", dtype=torch.float32, seed=3)
+    assert compare_to_reference(same, ref, seed=3).ok
+    bad = harness.build(tokens=16, device="cpu", dtype=torch.float32, seed=3)
+    with torch.no_grad():
+        bad.layers[1].w2.weight.mul_(1.02)
+    res = compare_to_reference(bad, ref, seed=3)
+    assert not res.ok
+    failing = {d.name for d in res.comparisons[0].diffs if not d.within}
+    # w2 scales the gradient flowing into layer 1's w13 and norm by 2%; layer 0 sees it through
+    # the residual only, so the culprit layer is named and the rest stays within tolerance
+    assert "grad:1.w13.weight" in failing and not any(name.startswith("grad:0.") for name in failing)
+
+
+def test_fp64_reference_with_a_hidden_float_cast_is_caught():
+    class Sneaky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(8, 8, dtype=torch.float64)
+
+        def forward(self, x):
+            return self.w(x).float().double()  # a .float() inside the "fp64" reference
+
+    torch.manual_seed(0)
+    wl = TinyWorkload(layers=nn.ModuleList([Sneaky()]),
+                      inputs=(torch.randn(4, 8, dtype=torch.float64, requires_grad=True),))
+    _, downcasts = capture_watching_dtype(wl)
+    assert any("float32" in d for d in downcasts), downcasts
+    clean = build_harness().build(tokens=8, device="cpu", dtype=torch.float64, seed=0)
+    assert capture_watching_dtype(clean)[1] == ()
+
+
+@pytest.mark.slow
+def test_check_correctness_of_compiled_regions_on_the_tiny_harness():
+    harness = build_harness()
+    res = check_correctness(harness, candidate_tree="regions:rms_norm,swiglu", tokens=32, device="cpu", seed=0)
+    assert [c.label.split(" (")[0] for c in res.comparisons] == [
+        "bf16 regions:rms_norm,swiglu vs bf16 eager", "bf16 regions:rms_norm,swiglu vs fp64 eager",
+        "fp32 regions:rms_norm,swiglu vs fp32 eager", "fp32 regions:rms_norm,swiglu vs fp64 eager"]
+    assert res.reference_dtype == "float64" and res.reference_downcasts == ()
+    assert all(len(c.diffs) == 8 for c in res.comparisons)
+    assert res.ok, [(c.label, c.worst) for c in res.comparisons]

@@ -1,0 +1,41 @@
+"""The kit against the embedded DeepSeek-V3-shaped harness (small dims, CPU, real Inductor)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ROOT
+
+EMBEDDED = "examples.moe_layer.harness:build_harness"
+
+
+@pytest.fixture(scope="session")
+def embedded_harness():
+    from phases.local_compile_perf.harness import load_harness
+
+    return load_harness(EMBEDDED)
+
+
+@pytest.mark.slow
+def test_upstream_regions_vs_eager_and_fp64_then_measured(embedded_harness):
+    import torch
+
+    from phases.kit.correctness import check_correctness
+    from phases.kit.measure_once import MeasureRequest, measure_tree
+
+    assert embedded_harness.spec.name == "embedded:dsv3-small"  # CPU picks the small dims
+    res = check_correctness(embedded_harness, candidate_tree="upstream", tokens=32, device="cpu", seed=0)
+    params = embedded_harness.build(tokens=8, device="cpu", dtype=torch.float32, seed=0).layers.parameters()
+    n_grads = 1 + sum(1 for _ in params)
+    assert [len(c.diffs) for c in res.comparisons] == [n_grads + 1] * 4
+    same_dtype = [c for c in res.comparisons if "vs fp64" not in c.label]
+    assert all(c.ok for c in same_dtype), [(c.label, c.worst) for c in same_dtype]
+    # a .float() inside the layers makes the "fp64" reference partly fp32: reported, not hidden
+    assert isinstance(res.reference_downcasts, tuple)
+
+    result = measure_tree(MeasureRequest(harness=EMBEDDED, tree="upstream", tokens=32, device="cpu",
+                                         warmup=2, iters=3, profile_steps=1, target=str(ROOT)))
+    assert result.regions == ("router",) and result.spec.layer_kinds == ("dense", "moe")
+    assert len(result.timing.samples_ms) == 3 and result.kernels.activity == "cpu"
+    assert {f.family for f in result.kernels.families} >= {"gemm", "pointwise"}
+    assert result.cuda_graph.reason == "no CUDA device"

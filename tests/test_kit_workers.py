@@ -1,0 +1,36 @@
+"""Worker entry points of the kit (dict -> dict, validated both ways) and the no-torch import rule."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from phases.kit.correctness import correctness_worker
+from phases.kit.graphs import graph_budget_worker
+from phases.kit.records import Correctness, GraphCount
+from tests.conftest import ROOT
+
+TINY = "tests.test_kit_tiny_harness:build_harness"
+
+
+def test_kit_modules_import_without_torch():
+    mods = ["records", "timing", "cudagraph", "profile", "graphs", "bandwidth", "ideal", "rank", "screen",
+            "confirm", "measure_once", "correctness", "provenance"]
+    code = ("import sys\n" + "".join(f"import phases.kit.{m}\n" for m in mods)
+            + "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_graph_budget_worker_round_trips():
+    answer = graph_budget_worker({"harness": TINY, "regions": ["rms_norm"], "tokens": [8], "device": "cpu",
+                                  "dtype": "fp32"})
+    count = GraphCount.model_validate(json.loads(json.dumps(answer)))
+    assert count.per_function == {"rms_norm": 3} and count.within_target
+
+
+def test_correctness_worker_round_trips():
+    answer = correctness_worker({"harness": TINY, "candidate_tree": "regions:swiglu", "tokens": 16, "device": "cpu"})
+    res = Correctness.model_validate(json.loads(json.dumps(answer)))
+    assert res.ok and len(res.comparisons) == 4 and res.reference_dtype == "float64"
