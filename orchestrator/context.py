@@ -57,6 +57,7 @@ class EngineContext:
         self.attempt = state["attempts"].get(phase, 0)
         self.interrupted = False
         self.artifacts_dir = run.dir / "artifacts"
+        self.last_worker_log: str | None = None
 
     @property
     def state(self) -> dict[str, Any]:
@@ -98,6 +99,7 @@ class EngineContext:
                             timeout_s=timeout_s or self._timeout_s, on_progress=self.progress)
         seq = self._run.state["last_seq"] + 1
         log_name = self.write_artifact(f"logs/{seq:06d}-{self.phase}-{_slug(label)}.log", result.log)
+        self.last_worker_log = log_name
         self._append(ev.WorkerFinished(func=func, label=label, status=result.status,
                                        returncode=result.returncode, seconds=round(result.seconds, 3),
                                        log=log_name))

@@ -94,6 +94,20 @@ def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") ->
         return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK)
 
 
+def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[EngineContext, Any]:
+    """A context for a temporary patch; refuses when the workflow or phase takes none."""
+    policy = workflow.patches
+    if policy is None:
+        raise UsageError(f"workflow {workflow.name} takes no temporary patches")
+    if run.state["phase"] != policy.phase:
+        raise UsageError(f"temporary patches are accepted only in phase {policy.phase}; "
+                         f"run {run.run_id} is in {run.state['phase']}")
+    spec = workflow.phase(policy.phase)
+    ctx = EngineContext(run, phase=policy.phase, templates_package=workflow.templates_package,
+                        timeout_s=spec.timeout_s, on_progress=lambda _m: None, actor=actor)
+    return ctx, policy
+
+
 def validate_answer(state: dict[str, Any], key: str, raw: str, *, actor: str) -> Any:
     """Parse and check one answer against its pending question; BadAnswer if it does not fit."""
     question = next((q for q in state["pending"] if q["key"] == key), None)

@@ -62,6 +62,22 @@ Prepare = Callable[[Any, str], Prepared]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PatchPolicy:
+    """Where temporary (must-be-reverted) patches are allowed and how each is measured.
+
+    Attributes:
+        phase: the only phase during which the ledger accepts patches.
+        measure: "module:function" called as ``fn(ctx, label)`` after each patch is applied;
+            returns the row to record (e.g. {"max_diff": ..., "kl": ..., "log": ...}).
+        row_kind: record kind of those rows, e.g. "gap_row".
+    """
+
+    phase: str
+    measure: str
+    row_kind: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseSpec:
     """One row of the workflow table.
 
@@ -99,6 +115,9 @@ class Workflow:
     gates: Mapping[str, Gate] = field(default_factory=dict)
     guards: Mapping[str, Guard] = field(default_factory=dict)
     rules: Mapping[str, Rule] = field(default_factory=dict)
+    scope: tuple[str, ...] = ()
+    """Path prefixes the run may change permanently; a temporary patch may not touch them."""
+    patches: PatchPolicy | None = None
     templates_package: str = "phases"
     modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)
 

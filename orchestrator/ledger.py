@@ -1,0 +1,157 @@
+"""The temporary-patch ledger: core edits that must be measured, then reverted with proof.
+
+A patch enters only through ``submit_patch`` (CLI ``orchestrator patch``, agent tool
+``submit_patch``) or ``apply_in_context`` (a phase's built-in recipe): the ledger checks
+the diff applies, refuses paths inside the workflow's permanent scope (those are normal
+edits), takes the workspace's patch lock, records every touched file's blob id before and
+after, applies with ``git apply``, and immediately runs the workflow's measurement so that
+no row exists without a run behind it. ``revert_all`` restores each file to the base and
+proves it by comparing blob ids with the base commit.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import RuleBroken, UsageError
+from orchestrator.git import base_blob_hash, blob_hash, open_repo
+
+LOCK_NAME = "orchestrator-patch-holder.json"
+
+
+def diff_paths(target: Path, diff: str) -> list[str]:
+    """Paths a diff touches (old and new names), from git itself; UsageError if it does not apply."""
+    check = _git_apply(target, diff, "--check")
+    if check.returncode != 0:
+        raise UsageError(f"diff does not apply to {target}: {check.stderr.strip() or check.stdout.strip()}")
+    numstat = _git_apply(target, diff, "--numstat", "-z", "--summary")
+    paths = set()
+    for chunk in numstat.stdout.split("\0"):
+        chunk = chunk.strip()
+        if chunk and "\t" in chunk:
+            paths.add(chunk.rsplit("\t", 1)[-1])
+        elif chunk and not chunk.startswith(("create mode", "delete mode", "rename", "copy", "mode change")):
+            paths.add(chunk)
+    return sorted(paths)
+
+
+def _git_apply(target: Path, diff: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "apply", *args, "-"], input=diff, text=True, capture_output=True, cwd=target)
+
+
+def apply_in_context(ctx: Any, *, diff: str, label: str, scope: tuple[str, ...], actor: str = "engine") -> dict[str, Any]:
+    """Apply one temporary patch in the current phase, record it, measure it. Returns the event data."""
+    target = Path(ctx.target)
+    paths = diff_paths(target, diff)
+    inside = [p for p in paths if p.startswith(scope)]
+    if inside:
+        raise UsageError(f"patch {label!r} touches {', '.join(inside)}, inside the permanent scope "
+                         f"({', '.join(scope)}): that is a normal edit, not a temporary patch; edit the files directly")
+    hold_workspace(target, ctx.run_id)
+    before = {p: blob_hash(target, p) for p in paths}
+    applied = _git_apply(target, diff)
+    if applied.returncode != 0:
+        raise UsageError(f"git apply failed for patch {label!r}: {applied.stderr.strip()}")
+    patch_id = f"patch-{ctx.state['last_seq'] + 1}-{secrets.token_hex(2)}"
+    name = ctx.write_artifact(f"patches/{patch_id}.diff", diff)
+    files = {p: {"before": before[p], "after": blob_hash(target, p)} for p in paths}
+    ctx.record("patch_applied", patch_id=patch_id, label=label, diff=name, files=files)
+    return {"patch_id": patch_id, "label": label, "files": files}
+
+
+def revert_all(ctx: Any) -> dict[str, str | None]:
+    """Restore every file of every open patch to the base commit and prove it (blob ids)."""
+    target, base = Path(ctx.target), ctx.base["commit"]
+    open_patches = dict(ctx.state["open_patches"])
+    if not open_patches:
+        release_workspace(target, ctx.run_id)
+        return {}
+    paths = sorted({p for patch in open_patches.values() for p in patch["files"]})
+    repo = open_repo(target)
+    for path in paths:
+        if base_blob_hash(target, base, path) is None:
+            (target / path).unlink(missing_ok=True)
+        else:
+            repo.git.checkout(base, "--", path)
+            repo.git.reset("-q", "--", path)
+    after = {p: blob_hash(target, p) for p in paths}
+    wrong = [p for p in paths if after[p] != base_blob_hash(target, base, p)]
+    if wrong:
+        raise RuleBroken(f"revert left {', '.join(wrong)} different from the base commit {base[:10]}; "
+                         "restore them by hand (git checkout BASE -- PATH) and advance again")
+    ctx.record("patch_reverted", patch_ids=sorted(open_patches), files=after)
+    release_workspace(target, ctx.run_id)
+    return after
+
+
+def hold_workspace(target: Path, run_id: str) -> None:
+    """Mark the workspace as holding this run's temporary patches; refuse another run's."""
+    holder = _holder_path(target)
+    if holder.is_file():
+        owner = json.loads(holder.read_text()).get("run_id")
+        if owner != run_id:
+            raise UsageError(f"workspace {target} holds temporary patches of run {owner}; "
+                             f"revert them there (`orchestrator revert-patches {owner}`) before patching from {run_id}")
+        return
+    holder.write_text(json.dumps({"run_id": run_id}))
+
+
+def release_workspace(target: Path, run_id: str) -> None:
+    holder = _holder_path(target)
+    if holder.is_file() and json.loads(holder.read_text()).get("run_id") == run_id:
+        holder.unlink()
+
+
+def _holder_path(target: Path) -> Path:
+    return Path(open_repo(target).git_dir) / LOCK_NAME
+
+
+def submit_patch(run_id: str, *, diff: str, label: str, store: Any, actor: str = "human",
+                 tool_call_id: str | None = None) -> Any:
+    """A patch from outside (CLI or agent): apply, measure, record; the run stays where it is."""
+    from orchestrator.engine import Outcome, _refuse_terminal, patch_context
+    from orchestrator.snapshot import exit_code_for
+    from orchestrator.workflow import load_workflow
+
+    if not label.strip():
+        raise UsageError("a patch needs --label TEXT (it names the row in the table)")
+    with store.open_run(run_id) as run:
+        _refuse_terminal(run.state)
+        workflow = load_workflow(run.state["workflow"])
+        ctx, policy = patch_context(run, workflow, actor=actor)
+        try:
+            data = apply_in_context(ctx, diff=diff, label=label, scope=workflow.scope, actor=actor)
+        except UsageError as exc:
+            ctx.add_record("patch_refused", {"label": label, "reason": exc.message, "tool_call_id": tool_call_id})
+            raise
+        measure_patch(ctx, policy, label=label, patch_id=data["patch_id"])
+        return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
+
+
+def measure_patch(ctx: Any, policy: Any, *, label: str, patch_id: str) -> dict[str, Any]:
+    """Run the workflow's measurement for a freshly applied patch and record its row."""
+    import importlib
+
+    module, _, func = policy.measure.partition(":")
+    row = getattr(importlib.import_module(module), func)(ctx, label)
+    row = {"label": label, "patch_id": patch_id, **row}
+    ctx.add_record(policy.row_kind, row)
+    return row
+
+
+def revert_patches(run_id: str, *, store: Any, actor: str = "human", tool_call_id: str | None = None) -> Any:
+    from orchestrator.engine import Outcome, _refuse_terminal, patch_context
+    from orchestrator.snapshot import exit_code_for
+    from orchestrator.workflow import load_workflow
+
+    with store.open_run(run_id) as run:
+        _refuse_terminal(run.state)
+        ctx, _ = patch_context(run, load_workflow(run.state["workflow"]), actor=actor)
+        revert_all(ctx)
+        return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
+
+

@@ -1,0 +1,84 @@
+"""Phase 6: lint and commit (skill A.7).
+
+``pre-commit`` runs on the changed files when the target has a config (with
+``SKIP=pyrefly-check``); the diff must lie inside the experiment folder and contain no core
+file; then, if pre-flight said "auto", one commit on the chosen branch with the skill's
+message, whose numbers come from the recorded events. With "never" the tree is left
+uncommitted for review. The commit hash and its file list are recorded (audit checks them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from orchestrator.git import changed_paths, open_repo
+from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.add_moe_model.workspace import EXP
+
+PRE_COMMIT_CONFIG = ".pre-commit-config.yaml"
+
+
+def run(ctx: PhaseContext) -> PhaseResult:
+    files = changed_paths(ctx.target, ctx.base["commit"])
+    outside = [p for p in files if not p.startswith(EXP)]
+    if outside:
+        return PhaseResult(outcome="failed", summary=f"refusing to commit: {len(outside)} path(s) outside {EXP}",
+                           issues=(Issue(code="commit_outside_scope", message=", ".join(outside),
+                                         fix_location="revert the core files (git checkout BASE -- PATH)"),))
+    lint = run_pre_commit(ctx, files)
+    if lint["status"] == "FAIL":
+        return PhaseResult(outcome="needs_agent", summary="pre-commit failed on the changed files", data={"lint": lint},
+                           issues=(Issue(code="pre_commit_failed", message=lint["output_tail"], fix_location=EXP),))
+    if not ctx.answers.get("commit") == "auto":
+        return PhaseResult(outcome="passed", summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never)",
+                           data={"lint": lint, "files": files, "committed": False})
+    message = ctx.render("commit_message.txt.j2", **message_values(ctx))
+    commit = make_commit(ctx, files, message)
+    if isinstance(commit, PhaseResult):
+        return commit
+    ctx.add_record("commit", commit)
+    return PhaseResult(outcome="passed", summary=f"committed {commit['hash'][:10]} on {commit['branch']} "
+                       f"({len(commit['files'])} file(s))", data={"lint": lint, **commit, "committed": True})
+
+
+def run_pre_commit(ctx: PhaseContext, files: list[str]) -> dict[str, str]:
+    if not (ctx.target / PRE_COMMIT_CONFIG).is_file():
+        return {"status": "SKIPPED", "reason": f"the target has no {PRE_COMMIT_CONFIG}", "output_tail": ""}
+    if shutil.which("pre-commit") is None:
+        return {"status": "FAIL", "reason": "pre-commit is not installed", "output_tail":
+                "the target has a pre-commit config but `pre-commit` is not on PATH: pip install pre-commit"}
+    existing = [f for f in files if (ctx.target / f).exists()]
+    done = subprocess.run(["pre-commit", "run", "--files", *existing], cwd=ctx.target, capture_output=True,
+                          text=True, env={**os.environ, "SKIP": "pyrefly-check"})
+    log = ctx.write_artifact("pre-commit.log", done.stdout + done.stderr)
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+    return {"status": "PASS" if done.returncode == 0 else "FAIL", "log": log, "output_tail": tail, "reason": ""}
+
+
+def message_values(ctx: PhaseContext) -> dict[str, object]:
+    probe, verdict = ctx.results["probe"], ctx.results["numerics"]["verdict"]
+    entry = ctx.results["synthetic_config"]["entry"]
+    return {"model_name": ctx.options["model_id"].split("/")[-1].removeprefix("type:"),
+            "hidden_size": entry.get("hidden_size", probe["hidden_size"]),
+            "moe_intermediate_size": entry.get("moe_intermediate_size", probe["moe_intermediate_size"]),
+            "experts": 8, "kl": verdict["kl"], "max_diff": verdict["max_diff"]}
+
+
+def make_commit(ctx: PhaseContext, files: list[str], message: str) -> dict | PhaseResult:
+    repo = open_repo(ctx.target)
+    if repo.head.is_detached:
+        return PhaseResult(outcome="failed", summary="refusing to commit on a detached HEAD",
+                           issues=(Issue(code="detached_head", message="HEAD is detached; check out the branch chosen "
+                                         "in pre-flight", fix_location="git checkout BRANCH"),))
+    branch = repo.active_branch.name
+    chosen = ctx.results.get("preflight", {}).get("branch")
+    if chosen and chosen != branch:
+        return PhaseResult(outcome="failed", summary=f"HEAD is on {branch}, pre-flight chose {chosen}",
+                           issues=(Issue(code="wrong_branch", message=f"check out {chosen}",
+                                         fix_location="git checkout " + chosen),))
+    repo.git.add("--", *files)
+    repo.git.commit("-m", message)
+    head = repo.head.commit
+    return {"hash": head.hexsha, "branch": branch, "files": sorted(head.stats.files)}

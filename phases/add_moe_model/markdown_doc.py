@@ -1,0 +1,53 @@
+"""Idempotent edits of a markdown document made of ``##`` sections, tables and ``###`` subsections.
+
+Rows are found by the text of one column, subsections by their heading line, so running an
+edit twice leaves one copy. Pure text, no markdown library: the document's own layout is
+kept byte for byte outside the edited lines.
+"""
+
+from __future__ import annotations
+
+
+def _section_bounds(lines: list[str], section: str) -> tuple[int, int]:
+    start = next((i for i, line in enumerate(lines) if line.strip() == f"## {section}"), None)
+    if start is None:
+        raise ValueError(f"section '## {section}' not found; the document must keep its four sections")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return start, end
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def upsert_table_row(text: str, *, section: str, key_column: int, key: str, row: str) -> str:
+    """Replace the table row whose ``key_column`` equals ``key`` in ``section``, or append it."""
+    lines = text.split("\n")
+    start, end = _section_bounds(lines, section)
+    table = [i for i in range(start, end) if lines[i].lstrip().startswith("|")]
+    if len(table) < 2:
+        raise ValueError(f"section '## {section}' has no table with a header")
+    for i in table[2:]:
+        cells = _cells(lines[i])
+        if len(cells) > key_column and cells[key_column] == key:
+            lines[i] = row
+            return "\n".join(lines)
+    lines.insert(table[-1] + 1, row)
+    return "\n".join(lines)
+
+
+def upsert_subsection(text: str, *, section: str, heading: str, body: str) -> str:
+    """Replace ``heading`` and its body inside ``section``, or append it at the section's end."""
+    lines = text.split("\n")
+    start, end = _section_bounds(lines, section)
+    block = [heading, "", *body.rstrip("\n").split("\n"), ""]
+    at = next((i for i in range(start, end) if lines[i].strip() == heading), None)
+    if at is None:
+        insert = end
+        while insert > start + 1 and lines[insert - 1].strip() == "":
+            insert -= 1
+        lines[insert:insert] = ["", *block] if lines[insert - 1].strip() else block
+        return "\n".join(lines)
+    stop = next((i for i in range(at + 1, end) if lines[i].startswith("### ")), end)
+    lines[at:stop] = block
+    return "\n".join(lines)

@@ -1,0 +1,131 @@
+"""Resolve the MODEL option of add_moe_model into a ModelSource (engine side, no torch).
+
+MODEL may be a Hugging Face id or alias from the bundled registry (real published
+dimensions, kept as data in registry.json), a local directory or config.json, or
+``type:<model_type>`` for a transformers config class's defaults. Anything else that
+looks like a hub id becomes kind "hub": only the worker can tell whether transformers
+finds it offline, so it is validated there, not here. Input that is wrong on its face
+(missing file, malformed JSON, no model_type) fails here, before any run state is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+REGISTRY_PATH = Path(__file__).with_name("registry.json")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_MODEL_TYPE = re.compile(r"^[a-z0-9_]+$")
+
+
+class ModelSourceError(ValueError):
+    """The MODEL text cannot be turned into a config source; the message says why."""
+
+    code = "bad_model_source"
+
+
+class ModelSource(BaseModel):
+    """Where the probe gets the model's HF config from (crosses into the worker)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["registry", "config_file", "model_type", "hub"]
+    model_id: str
+    """Name shown in reports: the hub id, the config path or ``type:<model_type>``."""
+    model_type: str | None = None
+    """Known for registry, config_file and model_type kinds; None for hub."""
+    config: dict[str, Any] = {}
+    """Config kwargs (registry) or the parsed config.json (config_file)."""
+    path: str | None = None
+    """Absolute path of the config.json for kind config_file."""
+
+
+class RegistryEntry(BaseModel):
+    """One real MoE model in registry.json."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hf_id: str
+    aliases: tuple[str, ...] = ()
+    model_type: str
+    provenance: str
+    config: dict[str, Any]
+
+
+@cache
+def load_registry() -> tuple[RegistryEntry, ...]:
+    """Return the bundled registry entries."""
+    raw = json.loads(REGISTRY_PATH.read_text())
+    return tuple(RegistryEntry.model_validate(m) for m in raw["models"])
+
+
+def find_registry_entry(text: str) -> RegistryEntry | None:
+    """Return the entry whose hf_id or alias equals ``text`` (case-insensitive)."""
+    wanted = text.strip().lower()
+    for entry in load_registry():
+        if wanted in {entry.hf_id.lower(), *(a.lower() for a in entry.aliases)}:
+            return entry
+    return None
+
+
+def resolve_model_source(text: str) -> ModelSource:
+    """Turn the raw MODEL text into a ModelSource.
+
+    Raises:
+        ModelSourceError: empty text, a missing or malformed config file, a bad
+            ``type:`` name, or text that is neither a path nor a hub id.
+    """
+    text = (text or "").strip()
+    if not text:
+        raise ModelSourceError("MODEL is empty; pass a hub id, a config.json path or type:<model_type>")
+    if text.startswith("type:"):
+        return _model_type_source(text.removeprefix("type:").strip())
+    entry = find_registry_entry(text)
+    if entry is not None:
+        return ModelSource(
+            kind="registry", model_id=entry.hf_id, model_type=entry.model_type, config=entry.config
+        )
+    if _looks_like_path(text):
+        return _config_file_source(Path(text).expanduser())
+    if _HUB_ID.match(text):
+        return ModelSource(kind="hub", model_id=text)
+    raise ModelSourceError(
+        f"MODEL {text!r} is not a registry id, an existing path, a hub id (owner/name) "
+        "or type:<model_type>"
+    )
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.startswith((".", "/", "~")) or text.endswith(".json") or Path(text).exists()
+
+
+def _model_type_source(model_type: str) -> ModelSource:
+    if not _MODEL_TYPE.match(model_type):
+        raise ModelSourceError(
+            f"type:{model_type!r} is not a transformers model_type (lowercase, digits, '_')"
+        )
+    return ModelSource(kind="model_type", model_id=f"type:{model_type}", model_type=model_type)
+
+
+def _config_file_source(path: Path) -> ModelSource:
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ModelSourceError(f"config file not found: {file} (pass a directory holding config.json)")
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"{file}: not valid JSON ({exc})") from exc
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise ModelSourceError(f"{file}: no string 'model_type' at the top level")
+    return ModelSource(
+        kind="config_file",
+        model_id=str(file.resolve()),
+        model_type=config["model_type"],
+        config=config,
+        path=str(file.resolve()),
+    )

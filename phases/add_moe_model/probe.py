@@ -1,0 +1,83 @@
+"""Phase 1 of add_moe_model: the compatibility probe (engine side, no torch).
+
+The work runs in ``work.probe:probe`` in a subprocess of the target checkout; this module
+resolves MODEL, writes compat_report.json / compat_report.txt, and maps the report onto
+the phase outcome: no issues -> passed; only fixable issues -> needs_agent (fix under the
+experiment folder, then the next advance re-probes the edited checkout); any blocker
+(nn.ModuleList experts) or core issue (a fix outside the experiment folder) -> needs_human.
+"""
+
+from __future__ import annotations
+
+from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
+from phases.add_moe_model.compat import CompatReport, ProbeRequest, ProbeResponse
+from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
+
+WORKER = "phases.add_moe_model.work.probe:probe"
+TEMPLATE = "compat_report.txt.j2"
+BLOCKER_KEY = "probe_blocker"
+
+
+def run(ctx: PhaseContext) -> PhaseResult:
+    """Probe ctx.options["model"] on ctx.target and report the verdict."""
+    try:
+        source = resolve_model_source(str(ctx.options.get("model", "")))
+    except ModelSourceError as exc:
+        return PhaseResult(outcome="failed", summary=str(exc), issues=(Issue(code=exc.code, message=str(exc), fix_location="MODEL option"),))
+    ctx.progress(f"probing {source.model_id} ({source.kind}) on {ctx.target}")
+    raw = ctx.call_worker(WORKER, ProbeRequest(source=source).model_dump(mode="json"), label="probe")
+    response = ProbeResponse.model_validate(raw)
+    if response.report is None:
+        error = response.error
+        return PhaseResult(outcome="failed", summary=error.message, issues=(Issue(code=error.code, message=error.message, fix_location="MODEL option"),))
+    report = response.report
+    ctx.write_artifact("compat_report.json", report.model_dump_json(indent=2) + "\n")
+    ctx.write_artifact("compat_report.txt", ctx.render(TEMPLATE, report=report))
+    return map_report(report, answer=ctx.answers.get(BLOCKER_KEY))
+
+
+def map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResult:
+    """Turn a report into the phase outcome (pure: tests call it directly)."""
+    data = report.model_dump(mode="json")
+    issues = tuple(Issue(code=i.code, message=f"[{i.severity}] {i.message}", fix_location=i.fix_location) for i in report.issues)
+    clean = report.state_dict_roundtrip == "PASS" and report.strict_load == "PASS"
+    if not report.issues and clean:
+        return PhaseResult(outcome="passed", summary=f"{report.model_id}: compatible, no issues", data=data)
+    human = [i for i in report.issues if i.severity in ("blocker", "core")]
+    fixable = [i for i in report.issues if i.severity == "fixable"]
+    if human and answer == "stop":
+        return PhaseResult(outcome="failed", summary=f"{report.model_id}: stopped on {len(human)} blocker/core issue(s)", data=data, issues=issues)
+    if human and answer != "continue_anyway":
+        return PhaseResult(
+            outcome="needs_human",
+            summary=f"{report.model_id}: {len(human)} issue(s) need a human ({', '.join(i.code for i in human)})",
+            data=data,
+            issues=issues,
+            questions=(_blocker_question(report, human),),
+        )
+    if fixable:
+        return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: {len(fixable)} fixable issue(s): {', '.join(i.code for i in fixable)}", data=data, issues=issues)
+    if not clean:
+        failed = Issue(code="state_dict_check_failed", message=f"round trip {report.state_dict_roundtrip}, strict load {report.strict_load}", fix_location="torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py")
+        return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: state-dict checks failed", data=data, issues=(failed,))
+    return PhaseResult(outcome="passed", summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s)", data=data, issues=issues)
+
+
+def render_compat_text(report: CompatReport) -> str:
+    """Render the 1g text report exactly as ``ctx.render`` does (for tests and offline use)."""
+    from orchestrator.context import render_template
+
+    return render_template("phases", TEMPLATE, report=report)
+
+
+def _blocker_question(report: CompatReport, human: list) -> Question:
+    lines = "; ".join(f"{i.code} ({i.severity}): fix in {i.fix_location}" for i in human)
+    return Question(
+        key=BLOCKER_KEY,
+        prompt=(
+            f"The probe of {report.model_id} found issues the agent may not fix inside the experiment folder: {lines}. "
+            "Stop the run, or continue anyway (the issues stay recorded)?"
+        ),
+        choices=("stop", "continue_anyway"),
+        human_only=True,
+    )

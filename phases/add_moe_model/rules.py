@@ -1,0 +1,99 @@
+"""Gates, guards and audit rules of add-moe-model, each a small function of the snapshot.
+
+Gates say why a phase may not be entered; guards run at every advance and read git;
+rules run in ``orchestrator audit`` over the whole trail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.git import changed_paths, open_repo
+from orchestrator.workflow import Violation
+from phases.add_moe_model.forbidden import check_added_lines_for_forbidden_calls
+from phases.add_moe_model.workspace import EXP
+
+KL_PASS, KL_WARN = 1e-6, 1e-3
+
+
+def preflight_answered(state: dict[str, Any]) -> list[str]:
+    return [f"pre-flight question {k!r} unanswered" for k in ("branch", "commit") if k not in state["answers"]]
+
+
+def probe_clean(state: dict[str, Any]) -> list[str]:
+    report = state["results"].get("probe", {})
+    reasons = []
+    if report.get("state_dict_roundtrip") != "PASS":
+        reasons.append(f"state-dict round trip is {report.get('state_dict_roundtrip')}")
+    fixable = [i["code"] for i in report.get("issues", []) if i.get("severity") == "fixable"]
+    if fixable:
+        reasons.append(f"fixable probe issues remain: {', '.join(fixable)}")
+    return reasons
+
+
+def no_open_patches(state: dict[str, Any]) -> list[str]:
+    return [f"temporary patch {pid} ({p['label']}) is still applied" for pid, p in state["open_patches"].items()]
+
+
+def _patched_paths(state: dict[str, Any]) -> set[str]:
+    return {path for patch in state["open_patches"].values() for path in patch["files"]}
+
+
+def scope_guard(state: dict[str, Any]) -> Violation | None:
+    """Changed paths since the base (committed, staged, unstaged, untracked) lie inside EXP."""
+    outside = [p for p in changed_paths(state["target"], state["base"]["commit"])
+               if not p.startswith(EXP) and p not in _patched_paths(state)]
+    if not outside:
+        return None
+    return Violation(
+        message=f"{len(outside)} path(s) changed outside {EXP}: {', '.join(outside[:8])}; revert them "
+                "(permanent edits belong in the experiment folder; a needed core change is escalated to a human)",
+        paths=tuple(outside))
+
+
+def forbidden_calls_guard(state: dict[str, Any]) -> Violation | None:
+    repo = open_repo(state["target"])
+    diff = repo.git.diff(state["base"]["commit"], "--", EXP)
+    untracked = [p for p in repo.untracked_files if p.startswith(EXP) and p.endswith(".py")]
+    for path in untracked:
+        diff += "\n" + repo.git.diff("--no-index", "/dev/null", path, with_exceptions=False)
+    findings = check_added_lines_for_forbidden_calls(diff, scope=EXP)
+    if not findings:
+        return None
+    return Violation(message="added lines use calls the skill forbids: " + "; ".join(findings[:5]),
+                     paths=tuple(sorted({f.split(":", 1)[0] for f in findings})))
+
+
+def commit_inside_scope(events: list[dict[str, Any]], state: dict[str, Any]) -> list[tuple[int, str]]:
+    """Every commit the run made touches only the experiment folder."""
+    found = []
+    for event in events:
+        if event["type"] == "record_added" and event["data"]["kind"] == "commit":
+            record = event["data"]["record"]
+            outside = [p for p in record.get("files", []) if not p.startswith(EXP)]
+            if outside:
+                found.append((event["seq"], f"commit {record.get('hash', '?')[:10]} touches {', '.join(outside)}"))
+    return found
+
+
+def no_questions_in_gap(events: list[dict[str, Any]], state: dict[str, Any]) -> list[tuple[int, str]]:
+    """The skill forbids asking the user during the gap analysis."""
+    return [(e["seq"], "question asked during gap_analysis") for e in events
+            if e["type"] == "question_asked" and e["phase"] == "gap_analysis"]
+
+
+def numerics_tier_matches_kl(events: list[dict[str, Any]], state: dict[str, Any]) -> list[tuple[int, str]]:
+    """Each recorded numerics verdict equals the tier of its KL under our frozen thresholds."""
+    found = []
+    for event in events:
+        if event["type"] != "phase_completed" or event["phase"] != "numerics":
+            continue
+        data = event["data"]["data"]
+        for row in [data.get("verdict") or {}, *data.get("diagnostics", [])]:
+            kl, status = row.get("kl"), row.get("status")
+            if not isinstance(kl, (int, float)) or status not in ("PASS", "WARN", "FAIL"):
+                continue
+            tier = "PASS" if kl < KL_PASS else "WARN" if kl < KL_WARN else "FAIL"
+            if tier != status:
+                found.append((event["seq"], f"{row.get('dtype')}: status {status} but KL {kl:.2e} is {tier}"))
+    return found

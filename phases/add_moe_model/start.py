@@ -1,0 +1,63 @@
+"""``start`` for add-moe-model: resolve MODEL, make or check the target, refuse bad input.
+
+Everything here happens before the run exists, so a refusal (exit 2) leaves no run
+directory; an embedded workspace made for a refused start is removed again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UsageError
+from orchestrator.git import capture_base
+from orchestrator.worker import run_worker
+from orchestrator.workflow import Prepared
+from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
+from phases.add_moe_model.workspace import EXP, new_run_workspace
+
+CHECK = "phases.add_moe_model.work.preflight:check_target"
+
+
+def prepare(options: Any, state_dir: str) -> Prepared:
+    try:
+        source = resolve_model_source(options.model)
+    except ModelSourceError as exc:
+        raise UsageError(str(exc)) from None
+    embedded = options.target == "embedded"
+    target = new_run_workspace(Path(state_dir)) if embedded else Path(options.target).expanduser().resolve()
+    try:
+        check_checkout(target)
+        check_worker(target, source.model_dump(mode="json"), python=options.python)
+    except BaseException:
+        if embedded:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    answers = {k: v for k, v in (("branch", options.branch), ("commit", options.commit)) if v}
+    recorded = {**options.model_dump(), "target": str(target), "model_id": source.model_id,
+                "model_type": source.model_type, "embedded": embedded}
+    return Prepared(target=str(target), options=recorded, answers=answers)
+
+
+def check_checkout(target: Path) -> None:
+    """A git checkout of torchtitan with the transformers backend and a clean tree."""
+    base = capture_base(target)
+    if not (target / EXP).is_dir():
+        raise UsageError(f"{target} has no {EXP}: pass the root of a torchtitan checkout that has the "
+                         "transformers modeling backend (torchtitan >= 0.3.0)")
+    if base["status"]:
+        shown = ", ".join(line[3:] for line in base["status"][:5])
+        raise UsageError(f"{target} has uncommitted changes ({shown}); commit or stash them so the run's base "
+                         "is a clean tree")
+
+
+def check_worker(target: Path, source: dict[str, Any], *, python: str | None) -> None:
+    import sys
+
+    result = run_worker(CHECK, {"source": source}, target=target, python=python or sys.executable, timeout_s=600)
+    if result.answer is None:
+        tail = result.log.decode("utf-8", "replace").strip().splitlines()[-3:]
+        raise UsageError(f"the target's Python could not check the model ({result.status}): " + " | ".join(tail))
+    if not result.answer["ok"]:
+        raise UsageError(result.answer["problem"])

@@ -1,0 +1,230 @@
+"""Cross-checks of the target's MoE probe against the HF modules themselves (worker side).
+
+The target's ``_probe_hf_moe_block`` reads config attributes and module attributes; it
+never looks at what the HF forward does. These checks read the HF classes (their
+parameters and their source) and turn every silent disagreement into an issue: a router
+that calls sigmoid while the probe says softmax, a correction bias outside the gate,
+router parameters Titan's router has no place for, transposed or interleaved experts,
+expert biases, a non-SiLU expert activation, experts stored outside ``mlp``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+from phases.add_moe_model.compat import EXP, CompatIssue
+from phases.add_moe_model.work.hf_config import read_field
+
+MOE_REPLACEMENT = f"{EXP}/moe_replacement.py"
+STATE_DICT_ADAPTER = f"{EXP}/state_dict_adapter.py"
+MODEL_PY = f"{EXP}/model.py"
+TITAN_MOE = "torchtitan/models/common/moe.py"
+_ROUTER_KNOWN_STATE = {"weight", "bias", "e_score_correction_bias"}
+_SILU = {"silu", "swish"}
+
+
+def probe_moe_site(layer: Any) -> tuple[str | None, Any | None]:
+    """Return (attribute, block) of the layer's MoE: a child with gate/router + experts,
+    or ("<layer>", layer) for layer-level MoE, or (None, None) for a dense layer."""
+    for name, child in layer.named_children():
+        if _has_router(child) and hasattr(child, "experts"):
+            return name, child
+    if _has_router(layer) and hasattr(layer, "experts"):
+        return "<layer>", layer
+    return None, None
+
+
+def resolve_router(block: Any) -> Any | None:
+    """Return the router module of an MoE block (``gate`` first, then ``router``)."""
+    return getattr(block, "gate", None) or getattr(block, "router", None)
+
+
+def check_moe_site(attr: str | None, *, target_attr: str | None) -> list[CompatIssue]:
+    """Experts not under ``mlp`` (and not layer-level) are invisible to the target."""
+    if attr in (None, "mlp", "<layer>"):
+        return []
+    return [
+        CompatIssue(
+            code="moe_attr_not_mlp",
+            message=(
+                f"the MoE block lives at layer.{attr}, but the target's model.py "
+                f"_get_moe_attr_name returns {target_attr!r}, so the layer is not detected as MoE "
+                "and keeps HF's experts"
+            ),
+            fix_location=f"{MODEL_PY} (_get_moe_attr_name, accessors) and {MOE_REPLACEMENT} (_get_moe_attr_name)",
+            severity="fixable",
+        )
+    ]
+
+
+def probe_hf_score_func(router: Any, block: Any) -> str | None:
+    """Read the router/block source: "sigmoid" or "softmax" when only one is used, else None."""
+    text = "\n".join(
+        line
+        for cls in {type(router), type(block)}
+        for line in _class_source(cls).splitlines()
+        if "shared" not in line and not line.lstrip().startswith("#")
+    )
+    uses = {name for name in ("sigmoid", "softmax") if re.search(rf"\b{name}\b", text)}
+    return uses.pop() if len(uses) == 1 else None
+
+
+def check_score_func(router: Any, block: Any, *, probed: str | None) -> list[CompatIssue]:
+    """The probe's score_func must match what the HF routing code calls."""
+    hf_score = probe_hf_score_func(router, block)
+    if hf_score is None or probed is None or hf_score == probed:
+        return []
+    return [
+        CompatIssue(
+            code="score_func_mismatch",
+            message=(
+                f"{type(router).__name__}/{type(block).__name__} route with {hf_score} but the "
+                f"target's probe says {probed!r}; Titan would route with the wrong function"
+            ),
+            fix_location=f"{MOE_REPLACEMENT} (_resolve_score_func)",
+            severity="fixable",
+        )
+    ]
+
+
+def check_correction_bias(block: Any, router: Any) -> list[CompatIssue]:
+    """A score-correction bias must sit on the gate, where the probe and adapter look."""
+    router_ids = {id(m) for m in router.modules()} if router is not None else set()
+    stray = [
+        name
+        for mod_name, mod in block.named_modules()
+        if id(mod) not in router_ids
+        for name in _own_state_names(mod, prefix=mod_name)
+        if "correction" in name or "score_bias" in name
+    ]
+    if not stray:
+        return []
+    return [
+        CompatIssue(
+            code="correction_bias_outside_gate",
+            message=f"score-correction bias {stray} is not on the router module, so sigmoid scoring and the expert_bias mapping miss it",
+            fix_location=f"{MOE_REPLACEMENT} (_resolve_score_func) and {STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns)",
+            severity="fixable",
+        )
+    ]
+
+
+def check_router_state(router: Any) -> list[CompatIssue]:
+    """Router parameters beyond weight/bias/correction bias have no place in Titan's router."""
+    extra = [n for n in _own_state_names(router, prefix="", recurse=True) if n.split(".")[-1] not in _ROUTER_KNOWN_STATE]
+    issues = []
+    if extra:
+        issues.append(
+            CompatIssue(
+                code="router_scale_ignored",
+                message=(
+                    f"{type(router).__name__} scales routing with {extra}; the target's probe ignores them "
+                    "and Titan's TokenChoiceTopKRouter has no such parameters"
+                ),
+                fix_location=f"{TITAN_MOE} (TokenChoiceTopKRouter), outside the experiment folder",
+                severity="core",
+            )
+        )
+    bias = getattr(router, "bias", None)
+    if bias is not None and not callable(bias):
+        issues.append(
+            CompatIssue(
+                code="router_bias_dropped",
+                message=f"{type(router).__name__} has a bias; the target builds its router gate with bias=False and maps no router bias key",
+                fix_location=f"{MOE_REPLACEMENT} (_build_moe_config: make_router_config(bias=...)) and {STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns)",
+                severity="fixable",
+            )
+        )
+    return issues
+
+
+def check_experts(experts: Any, config: Any) -> list[CompatIssue]:
+    """Expert storage Titan's GroupedExperts (fused, (E, 2I, H), SiLU, no bias) can take."""
+    import torch.nn as nn
+
+    if isinstance(experts, nn.ModuleList):
+        return [
+            CompatIssue(
+                code="experts_module_list",
+                message=f"experts are an nn.ModuleList of {type(experts[0]).__name__}; Titan needs fused 3D expert tensors",
+                fix_location="HF transformers modeling code (upstream): no fix in torchtitan",
+                severity="blocker",
+            )
+        ]
+    return [
+        *_check_expert_layout(experts, hidden=int(config.hidden_size)),
+        *_check_expert_bias(experts),
+        *_check_expert_activation(experts, config),
+    ]
+
+
+def _check_expert_layout(experts: Any, *, hidden: int) -> list[CompatIssue]:
+    issues = []
+    gate_up = getattr(experts, "gate_up_proj", None)
+    if gate_up is not None and gate_up.shape[1] == hidden and gate_up.shape[2] != hidden:
+        issues.append(
+            CompatIssue(
+                code="experts_transposed",
+                message=f"{type(experts).__name__}.gate_up_proj is (E, H, 2I) = {tuple(gate_up.shape)}; Titan expects (E, 2I, H)",
+                fix_location=f"{STATE_DICT_ADAPTER} (transpose in hf_to_titan_moe_state_dict) and {MOE_REPLACEMENT} (layout detection)",
+                severity="fixable",
+            )
+        )
+    if re.search(r"\[\s*\.\.\.\s*,\s*(0|1)?::2\s*\]", _class_source(type(experts))):
+        issues.append(
+            CompatIssue(
+                code="gate_up_interleaved",
+                message=f"{type(experts).__name__} splits gate_up_proj as interleaved columns (::2), the adapter splits it in halves",
+                fix_location=f"{STATE_DICT_ADAPTER} (de-interleave in hf_to_titan_moe_state_dict / re-interleave in titan_to_hf_moe_state_dict)",
+                severity="fixable",
+            )
+        )
+    return issues
+
+
+def _check_expert_bias(experts: Any) -> list[CompatIssue]:
+    biases = [n for n in _own_state_names(experts, prefix="") if "bias" in n]
+    if not biases:
+        return []
+    return [
+        CompatIssue(
+            code="expert_bias_unsupported",
+            message=f"{type(experts).__name__} has per-expert biases {biases}; Titan's GroupedExperts has none",
+            fix_location=f"{TITAN_MOE} (GroupedExperts), outside the experiment folder",
+            severity="core",
+        )
+    ]
+
+
+def _check_expert_activation(experts: Any, config: Any) -> list[CompatIssue]:
+    act = read_field(config, "hidden_act") or read_field(config, "hidden_activation") or "silu"
+    custom = [a for a in ("alpha", "limit") if hasattr(experts, a)]
+    if str(act) in _SILU and not custom:
+        return []
+    what = f"clamped SwiGLU ({', '.join(custom)})" if custom else f"activation {act!r}"
+    return [
+        CompatIssue(
+            code="expert_activation_unsupported",
+            message=f"{type(experts).__name__} uses {what}; Titan's GroupedExperts hard-codes SiLU-gated experts",
+            fix_location=f"{TITAN_MOE} (GroupedExperts activation), outside the experiment folder",
+            severity="core",
+        )
+    ]
+
+
+def _has_router(module: Any) -> bool:
+    return hasattr(module, "gate") or hasattr(module, "router")
+
+
+def _own_state_names(module: Any, *, prefix: str, recurse: bool = False) -> list[str]:
+    named = list(module.named_parameters(recurse=recurse)) + list(module.named_buffers(recurse=recurse))
+    return [f"{prefix}.{n}" if prefix else n for n, _ in named]
+
+
+def _class_source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        return ""

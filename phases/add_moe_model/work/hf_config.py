@@ -1,0 +1,74 @@
+"""Build a transformers PretrainedConfig from a ModelSource (worker side).
+
+Everything is offline: registry entries and config files go through the config class
+directly (``AutoConfig.for_model``); only kind "hub" asks ``AutoConfig.from_pretrained``,
+with HF_HUB_OFFLINE=1 so a model that is not in the local cache fails at once with a
+message that says what to pass instead. Multimodal wrappers (llama4, gemma4) are reduced
+to their text config, which is what the MoE backend swaps.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from phases.add_moe_model.model_source import ModelSource
+
+# Keys a saved config.json carries that are bookkeeping, not architecture.
+_BOOKKEEPING_KEYS = frozenset({"model_type", "transformers_version", "architectures", "auto_map", "_name_or_path"})
+
+
+class HFConfigError(RuntimeError):
+    """The HF config for a ModelSource could not be built; the message says what to pass."""
+
+    code = "hf_config_unavailable"
+
+
+def build_hf_config(source: ModelSource) -> Any:
+    """Return the text PretrainedConfig for ``source``.
+
+    Raises:
+        HFConfigError: unknown model_type, or a hub id not available offline.
+    """
+    from transformers import AutoConfig
+
+    if source.kind == "hub":
+        config = _load_hub_config(source.model_id)
+    else:
+        kwargs = {k: v for k, v in source.config.items() if k not in _BOOKKEEPING_KEYS}
+        try:
+            config = AutoConfig.for_model(source.model_type, **kwargs)
+        except (KeyError, ValueError) as exc:
+            raise HFConfigError(
+                f"{source.model_id}: transformers cannot build a config for model_type "
+                f"{source.model_type!r} ({exc}); check the model_type or upgrade transformers"
+            ) from exc
+    return resolve_text_config(config)
+
+
+def resolve_text_config(config: Any) -> Any:
+    """Return the decoder (text) config of a possibly multimodal config."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return text if text is not None else config
+
+
+def _load_hub_config(model_id: str) -> Any:
+    from transformers import AutoConfig
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        return AutoConfig.from_pretrained(model_id, trust_remote_code=False)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many types offline
+        raise HFConfigError(
+            f"{model_id}: not in the bundled registry and not reachable offline; pass a config.json "
+            "path (or a directory holding one) as MODEL, or add the model to "
+            f"phases/add_moe_model/registry.json ({type(exc).__name__})"
+        ) from exc
+
+
+def read_field(config: Any, key: str) -> Any:
+    """Return ``config.<key>`` or None; per-layer (heterogeneous) fields also read as None."""
+    try:
+        return getattr(config, key, None)
+    except RuntimeError:  # transformers' AmbiguousGlobalPerLayerAttributeError (Gemma4)
+        return None

@@ -1,0 +1,171 @@
+"""Locate the MoE part of an HF causal-LM and build the target's Titan MoE for it.
+
+Shared by the numerics, kernel-alignment and gap-analysis workers. Everything that
+decides *how* Titan is built comes from the target checkout (``moe_replacement`` and
+``state_dict_adapter`` of its transformers backend, imported lazily so the target's
+copy is the one used); this module only finds the HF block and wires the pieces in the
+order the skill prescribes (probe, build on meta, to_empty, init_states, adapter load).
+
+Imported only inside worker subprocesses: it imports torch at module level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+EXP = "torchtitan.experiments.transformers_modeling_backend"
+_BLOCK_ATTRS = ("mlp", "feed_forward")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoeSite:
+    """Where the first MoE lives in an HF model.
+
+    Attributes:
+        layer_index: index in ``model.model.layers``, e.g. 0.
+        layer: the decoder layer.
+        kind: "block" (``layer.mlp`` holds gate/router + experts) or "layer"
+            (Gemma4 style: router and experts are siblings of a dense ``mlp``).
+        block: the module holding router and experts (the layer itself for "layer").
+        attr: "mlp" / "feed_forward" for blocks, "" for layer-level MoE.
+    """
+
+    layer_index: int
+    layer: nn.Module
+    kind: str
+    block: nn.Module
+    attr: str
+
+    @property
+    def router(self) -> nn.Module:
+        return getattr(self.block, "gate", None) or self.block.router
+
+    @property
+    def experts(self) -> nn.Module:
+        return self.block.experts
+
+
+def _has_router_and_experts(module: nn.Module | None) -> bool:
+    if module is None:
+        return False
+    has_router = hasattr(module, "gate") or hasattr(module, "router")
+    return has_router and hasattr(module, "experts")
+
+
+def find_moe_site(model: nn.Module) -> MoeSite | None:
+    """Return the first MoE block or layer-level MoE of ``model``, or None if none."""
+    for index, layer in enumerate(model.model.layers):
+        for attr in _BLOCK_ATTRS:
+            block = getattr(layer, attr, None)
+            if _has_router_and_experts(block):
+                return MoeSite(layer_index=index, layer=layer, kind="block", block=block, attr=attr)
+        if _has_router_and_experts(layer):
+            return MoeSite(layer_index=index, layer=layer, kind="layer", block=layer, attr="")
+    return None
+
+
+def build_hf_config(model_type: str, config_kwargs: dict[str, Any]):
+    """Build an HF config from a ``_MODEL_CONFIGS``-style entry (no hub access)."""
+    from transformers import AutoConfig
+
+    kwargs = {k: v for k, v in config_kwargs.items() if k != "model_type"}
+    return AutoConfig.for_model(model_type, **kwargs)
+
+
+def set_experts_impl(config, *, model_cls, wanted: str = "grouped_mm") -> str:
+    """Ask HF for ``wanted`` experts kernel when the model class allows it; return what runs.
+
+    The skill allows exactly one adjustment here: skip the setting for models that
+    reject a settable experts implementation. The answer is recorded, never hidden.
+    """
+    can_set = getattr(model_cls, "_can_set_experts_implementation", None)
+    if can_set is not None and can_set():
+        config._experts_implementation = wanted
+        return wanted
+    return "native"
+
+
+def probe_moe_params(site: MoeSite, config) -> dict[str, Any]:
+    """Run the target's own probe for this site (block or layer-level)."""
+    import importlib
+
+    moe_replacement = importlib.import_module(f"{EXP}.moe_replacement")
+    config.load_balance_coeff = None
+    config.comm_backend = "standard"
+    if site.kind == "layer":
+        return moe_replacement._probe_layer_level_moe(site.layer, config)
+    return moe_replacement._probe_hf_moe_block(site.block, config)
+
+
+def build_titan_moe(
+    params: dict[str, Any], config, *, device: torch.device, dtype: torch.dtype = torch.float32
+) -> nn.Module:
+    """Build the target's Titan MoE from probed params: meta, to_empty, init_states.
+
+    The meta module is cast to ``dtype`` before ``to_empty`` (free on meta) instead of
+    casting after the load as the skill's script does: same values once the weights are
+    loaded, without a transient fp32 copy of every expert (Mixtral's are 5.6 GB).
+    """
+    import importlib
+
+    moe_replacement = importlib.import_module(f"{EXP}.moe_replacement")
+    moe_config = moe_replacement._build_moe_config(params, config)
+    with torch.device("meta"):
+        moe = moe_config.build()
+    moe.to(dtype)
+    moe.to_empty(device=device)
+    moe.init_states(buffer_device=device)
+    return moe
+
+
+def hf_site_state_dict(site: MoeSite) -> dict[str, torch.Tensor]:
+    """HF state dict of the MoE part, keyed relative to the block (router/gate/experts/...)."""
+    if site.kind == "block":
+        return dict(site.block.state_dict())
+    state: dict[str, torch.Tensor] = {}
+    for name in ("router", "gate", "experts"):
+        sub = getattr(site.layer, name, None)
+        if sub is not None:
+            state.update({f"{name}.{k}": v for k, v in sub.state_dict().items()})
+    return state
+
+
+def load_through_adapter(titan: nn.Module, site: MoeSite) -> dict[str, list[str]]:
+    """Convert the HF weights with the target's adapter and load them (strict=False).
+
+    The adapter is used as is: a converter bug must show up as missing/unexpected keys
+    or as a numerical difference, so nothing here corrects its output.
+    """
+    import importlib
+
+    adapter = importlib.import_module(f"{EXP}.state_dict_adapter")
+    adapter._TITAN_TO_ORIGINAL_HF_KEY.clear()
+    prefixed = {f"mlp.{k}": v for k, v in hf_site_state_dict(site).items()}
+    converted = adapter.hf_to_titan_moe_state_dict(prefixed)
+    stripped = {k.removeprefix("mlp."): v for k, v in converted.items()}
+    result = titan.load_state_dict(stripped, strict=False)
+    return {"missing": sorted(result.missing_keys), "unexpected": sorted(result.unexpected_keys)}
+
+
+def measure_roundtrip(model: nn.Module) -> dict[str, Any]:
+    """Whole-model HF -> Titan -> HF state-dict round trip through the target's adapter."""
+    import importlib
+
+    adapter = importlib.import_module(f"{EXP}.state_dict_adapter")
+    adapter._TITAN_TO_ORIGINAL_HF_KEY.clear()
+    hf_sd = model.state_dict()
+    back = adapter.titan_to_hf_moe_state_dict(adapter.hf_to_titan_moe_state_dict(hf_sd))
+    missing = sorted(set(hf_sd) - set(back))
+    extra = sorted(set(back) - set(hf_sd))
+    max_diff, shape_mismatch = 0.0, []
+    for key in sorted(set(hf_sd) & set(back)):
+        a, b = hf_sd[key], back[key]
+        if a.shape != b.shape:
+            shape_mismatch.append(f"{key}: {tuple(a.shape)} -> {tuple(b.shape)}")
+        elif a.numel():
+            max_diff = max(max_diff, (a.float() - b.float()).abs().max().item())
+    return {"missing": missing, "extra": extra, "max_diff": max_diff, "shape_mismatch": shape_mismatch}

@@ -1,0 +1,263 @@
+"""Phase 1 worker: the add_moe_model compatibility probe against the target checkout.
+
+Runs in a fresh subprocess whose sys.path starts with the target, so every torchtitan
+function called here (``_probe_hf_moe_block``, ``_build_moe_config``, the state-dict
+adapter, the sharding helpers) is the target's, edits included. One import, one meta
+build of the real config cut to the first MoE layer, one meta Titan MoE, one tiny
+materialized model for round-trip values: that keeps the probe near the floor of
+"import the experiment + build the config on meta".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
+from phases.add_moe_model.model_source import ModelSource
+from phases.add_moe_model.work import hf_checks, sharding_checks, state_dict_checks
+from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, read_field
+from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
+from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
+from orchestrator.progress import report
+
+EXP_PKG = "torchtitan.experiments.transformers_modeling_backend"
+
+
+def probe(request: dict) -> dict:
+    """Worker entry: ProbeRequest dict in, ProbeResponse dict out."""
+    req = ProbeRequest.model_validate(request)
+    try:
+        result = ProbeResponse(report=run_probe(req.source))
+    except HFConfigError as exc:
+        result = ProbeResponse(error=WorkerError(code=exc.code, message=str(exc)))
+    return result.model_dump(mode="json")
+
+
+def run_probe(source: ModelSource) -> CompatReport:
+    """Probe one model on the target checkout importable from sys.path."""
+    timings: dict[str, float] = {}
+    clock = _Clock(timings)
+    config = build_hf_config(source)
+    clock.lap("config")
+    report("importing the target's transformers backend")
+    target = _import_target()
+    clock.lap("import")
+    predicted = predict_moe_layers(config)
+    report("building the HF model on meta", layers=(predicted[0] + 1) if predicted else config.num_hidden_layers)
+    model, built = _build_meta_model(config, predicted)
+    clock.lap("meta_build")
+    scan = _scan_layers(model, target["model"])
+    issues, notes = _check_layer_plan(scan, predicted, built=built)
+    moe = _probe_first_moe(scan, config, target, issues)
+    clock.lap("moe_probe")
+    issues += _check_sharding(model, scan, target["sharding"], notes)
+    roundtrip, strict = _check_state_dicts(model, config, moe, target, issues)
+    clock.lap("state_dicts")
+    return _assemble(
+        source, config=config, predicted=predicted, scan=scan, moe=moe, issues=issues, notes=notes,
+        roundtrip=roundtrip, strict=strict, timings=timings, target=target, built=built,
+    )
+
+
+class _Clock:
+    def __init__(self, timings: dict[str, float]) -> None:
+        self.timings, self.last = timings, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self.last, 3)
+        self.last = now
+
+
+def _import_target() -> dict[str, Any]:
+    import importlib
+
+    import torchtitan
+
+    names = {"moe": "moe_replacement", "adapter": "state_dict_adapter", "sharding": "hf_sharding", "model": "model"}
+    mods = {key: importlib.import_module(f"{EXP_PKG}.{name}") for key, name in names.items()}
+    mods["path"] = torchtitan.__file__
+    return mods
+
+
+def _build_meta_model(config: Any, predicted: list[int]) -> tuple[Any, int]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    n = predicted[0] + 1 if predicted else int(config.num_hidden_layers)
+    small = build_truncated_config(config, num_layers=n)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(small), n
+
+
+def _scan_layers(model: Any, target_model: Any) -> list[dict[str, Any]]:
+    """Per built layer: where its MoE is (our scan) and what the target's detection says."""
+    rows = []
+    for index, layer in enumerate(model.model.layers):
+        attr, block = hf_checks.probe_moe_site(layer)
+        target_attr = target_model._get_moe_attr_name(layer)
+        rows.append({"index": index, "layer": layer, "attr": attr, "block": block, "target_attr": target_attr})
+    return rows
+
+
+def _check_layer_plan(scan: list[dict], predicted: list[int], *, built: int) -> tuple[list[CompatIssue], list[str]]:
+    seen = [r["index"] for r in scan if r["attr"] is not None]
+    expected = [i for i in predicted if i < built]
+    notes = [f"built {built} of the real layers on meta; MoE layers beyond them follow the config's mechanism"]
+    if seen == expected:
+        return [], notes
+    if not seen:
+        msg = f"no MoE layer among the {built} built layers (config predicts {expected}); no gate/router+experts found"
+        return [CompatIssue(code="no_moe_layer", message=msg, fix_location="MODEL (is this an MoE model?)", severity="blocker")], notes
+    notes.append(f"config mechanism predicts MoE layers {expected} among the built ones, the scan found {seen}")
+    return [], notes
+
+
+def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[CompatIssue]) -> dict[str, Any]:
+    row = next((r for r in scan if r["attr"] is not None), None)
+    if row is None:
+        return {"row": None, "params": None}
+    issues += hf_checks.check_moe_site(row["attr"], target_attr=row["target_attr"])
+    block, layer_level = row["block"], row["attr"] == "<layer>"
+    router = hf_checks.resolve_router(block)
+    issues += hf_checks.check_experts(block.experts, config)
+    issues += hf_checks.check_router_state(router)
+    issues += hf_checks.check_correction_bias(block, router)
+    params = _call_target_probe(target["moe"], block, config, layer_level=layer_level, issues=issues)
+    issues += hf_checks.check_score_func(router, block, probed=(params or {}).get("score_func"))
+    return {"row": row, "params": params, "layer_level": layer_level}
+
+
+def _call_target_probe(moe: Any, block: Any, config: Any, *, layer_level: bool, issues: list[CompatIssue]) -> dict | None:
+    fn = moe._probe_layer_level_moe if layer_level else moe._probe_hf_moe_block
+    try:
+        return fn(block, config)
+    except (ValueError, AttributeError, TypeError) as exc:
+        issues.append(
+            CompatIssue(
+                code="moe_probe_failed",
+                message=f"{fn.__name__}({type(block).__name__}) raised {type(exc).__name__}: {exc}",
+                fix_location=f"{hf_checks.MOE_REPLACEMENT} ({fn.__name__} and its _resolve_* helpers)",
+                severity="fixable",
+            )
+        )
+        return None
+
+
+def _check_sharding(model: Any, scan: list[dict], sharding: Any, notes: list[str]) -> list[CompatIssue]:
+    issues: list[CompatIssue] = []
+    for row in scan:
+        issues += sharding_checks.check_layer_sharding(sharding, row["layer"], index=row["index"], moe_attr=row["attr"])
+    notes += sharding_checks.check_dsa_under_tp(model.model.layers[0].self_attn)
+    return _dedupe(issues)
+
+
+def _check_state_dicts(model: Any, config: Any, moe: dict, target: dict, issues: list[CompatIssue]) -> tuple[KeyCheck, KeyCheck]:
+    report("state-dict round trip and strict load")
+    tiny_sd = _tiny_state_dict(config, moe)
+    roundtrip = state_dict_checks.check_roundtrip(target["adapter"], model.state_dict(), tiny_sd=tiny_sd)
+    issues += state_dict_checks.roundtrip_issues(roundtrip)
+    if moe.get("params") is None:
+        return roundtrip, KeyCheck(verdict="FAIL", note="no Titan MoE: the target's probe did not return parameters")
+    strict, strict_issues = _strict_load(model, config, moe, target)
+    issues += strict_issues
+    return roundtrip, strict
+
+
+def _strict_load(model: Any, config: Any, moe: dict, target: dict) -> tuple[KeyCheck, list[CompatIssue]]:
+    import torch
+
+    row = moe["row"]
+    with torch.device("meta"):
+        titan_moe = target["moe"]._build_moe_config(moe["params"], config).build()
+    layer_prefix = f"model.layers.{row['index']}."
+    prefix = layer_prefix + ("mlp." if moe["layer_level"] else f"{row['attr']}.")
+    layer_sd = {k: v for k, v in model.state_dict().items() if k.startswith(layer_prefix)}
+    has_bias = any("correction_bias" in k for k in layer_sd)
+    return state_dict_checks.check_strict_load(
+        target["adapter"], titan_moe, layer_sd, prefix=prefix, hf_has_correction_bias=has_bias
+    )
+
+
+def _tiny_state_dict(config: Any, moe: dict) -> dict[str, Any] | None:
+    """A materialized tiny model of the same type (random values) for the value round trip."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    layers = moe["row"]["index"] + 1 if moe.get("row") else 1
+    kwargs = build_scaled_kwargs(config, ScalePlan(num_layers=min(layers, 2), tiny=True))
+    kwargs["attn_implementation"] = "eager"
+    try:
+        tiny = AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs))
+    except (ValueError, TypeError, RuntimeError):
+        return None
+    torch.manual_seed(0)
+    return {k: torch.randn_like(v.float()) for k, v in tiny.state_dict().items()}
+
+
+def _dedupe(issues: list[CompatIssue]) -> list[CompatIssue]:
+    seen: dict[str, CompatIssue] = {}
+    for issue in issues:
+        seen.setdefault(issue.code, issue)
+    return list(seen.values())
+
+
+def _shared_kind(params: dict | None, *, layer_level: bool) -> str | None:
+    if params is None:
+        return None
+    info = params.get("shared_expert_info")
+    if layer_level:
+        return "layer-level"
+    if info is None:
+        return "none"
+    return "sigmoid-gated" if info.get("has_sigmoid_gate") else "additive"
+
+
+def _assemble(
+    source: ModelSource, *, config: Any, predicted: list[int], scan: list[dict], moe: dict, issues: list[CompatIssue],
+    notes: list[str], roundtrip: KeyCheck, strict: KeyCheck, timings: dict[str, float], target: dict, built: int,
+) -> CompatReport:
+    params = moe.get("params") or {}
+    n = int(config.num_hidden_layers)
+    first = predicted[0] if predicted else None
+    row = moe.get("row")
+    return CompatReport(
+        model_id=source.model_id,
+        model_type=config.model_type,
+        hidden_size=read_field(config, "hidden_size"),
+        intermediate_size=read_field(config, "intermediate_size"),
+        moe_intermediate_size=read_field(config, "moe_intermediate_size") or params.get("moe_intermediate_size"),
+        num_attention_heads=read_field(config, "num_attention_heads"),
+        num_key_value_heads=read_field(config, "num_key_value_heads"),
+        num_hidden_layers=n,
+        num_experts=params.get("num_experts"),
+        top_k=params.get("top_k"),
+        score_func=params.get("score_func"),
+        route_norm=params.get("route_norm"),
+        shared_experts=_shared_kind(moe.get("params"), layer_level=bool(moe.get("layer_level"))),
+        attention=sharding_checks.resolve_attention_kind(scan[0]["layer"].self_attn),
+        moe_layers=predicted,
+        dense_layers=[i for i in range(n) if i not in set(predicted)],
+        moe_mechanism=resolve_moe_mechanism(config),
+        min_layers_needed=first + 1 if first is not None else None,
+        state_dict_roundtrip=roundtrip.verdict,
+        strict_load=strict.verdict,
+        issues=_dedupe(issues),
+        roundtrip_detail=roundtrip,
+        strict_load_detail=strict,
+        target_probe=_jsonable(moe.get("params")),
+        moe_attr=row["attr"] if row else None,
+        built_layers=built,
+        notes=notes,
+        timings_s=timings,
+        torchtitan_path=target["path"],
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)

@@ -1,0 +1,135 @@
+"""State-dict round trip and strict load through the target's adapter (worker side).
+
+The round trip (skill 1f) only proves the adapter is its own inverse: a key the converter
+misnames on the way in and un-misnames on the way out passes. The strict load is stronger:
+the converted keys of one MoE layer must be exactly the keys, with exactly the shapes, of
+the Titan MoE that the target builds from its own probe. Keys and shapes are compared on
+meta at real size; values are compared on a tiny materialized model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phases.add_moe_model.compat import CompatIssue, KeyCheck
+from phases.add_moe_model.work.hf_checks import STATE_DICT_ADAPTER
+
+_LISTED = 12
+
+
+def check_roundtrip(adapter: Any, hf_sd: dict[str, Any], *, tiny_sd: dict[str, Any] | None) -> KeyCheck:
+    """Convert HF -> Titan -> HF; keys and shapes at real size, values on the tiny model."""
+    back = adapter.titan_to_hf_moe_state_dict(adapter.hf_to_titan_moe_state_dict(hf_sd))
+    missing = sorted(set(hf_sd) - set(back))
+    extra = sorted(set(back) - set(hf_sd))
+    shapes = sorted(k for k in set(hf_sd) & set(back) if tuple(hf_sd[k].shape) != tuple(back[k].shape))
+    diff, note = _roundtrip_values(adapter, tiny_sd)
+    ok = not (missing or extra or shapes) and diff == 0.0
+    return KeyCheck(
+        verdict="PASS" if ok else "FAIL",
+        missing=missing[:_LISTED],
+        unexpected=extra[:_LISTED],
+        shape_mismatch=shapes[:_LISTED],
+        max_abs_diff=diff,
+        checked_keys=len(hf_sd),
+        note=note,
+    )
+
+
+def _roundtrip_values(adapter: Any, tiny_sd: dict[str, Any] | None) -> tuple[float | None, str]:
+    if tiny_sd is None:
+        return None, "values not compared: the tiny materialized model could not be built"
+    back = adapter.titan_to_hf_moe_state_dict(adapter.hf_to_titan_moe_state_dict(tiny_sd))
+    common = [k for k in tiny_sd if k in back and tuple(back[k].shape) == tuple(tiny_sd[k].shape)]
+    if len(common) != len(tiny_sd):
+        return None, f"values not compared on {len(tiny_sd) - len(common)} tiny keys that did not come back"
+    diff = max((float((back[k].float() - tiny_sd[k].float()).abs().max()) for k in common if tiny_sd[k].numel()), default=0.0)
+    return diff, f"values compared on {len(common)} keys of a tiny materialized model"
+
+
+def check_strict_load(
+    adapter: Any, titan_moe: Any, hf_layer_sd: dict[str, Any], *, prefix: str, hf_has_correction_bias: bool
+) -> tuple[KeyCheck, list[CompatIssue]]:
+    """Load the converted keys under ``prefix`` into ``titan_moe`` (meta) with strict=True."""
+    converted = adapter.hf_to_titan_moe_state_dict(hf_layer_sd)
+    sub = {k[len(prefix):]: v for k, v in converted.items() if k.startswith(prefix)}
+    want = titan_moe.state_dict()
+    missing = sorted(set(want) - set(sub))
+    unexpected = sorted(set(sub) - set(want))
+    shapes = sorted(
+        f"{k}: converted {tuple(sub[k].shape)} vs titan {tuple(want[k].shape)}"
+        for k in set(sub) & set(want)
+        if tuple(sub[k].shape) != tuple(want[k].shape)
+    )
+    note = ""
+    if not hf_has_correction_bias:
+        benign = [k for k in missing if k.startswith("expert_bias")]
+        missing = [k for k in missing if k not in benign]
+        note = f"ignored {benign}: Titan's load-balancing buffer, zero-initialised, HF has no counterpart" if benign else ""
+    if not (missing or unexpected or shapes):
+        # NOTE: benign Titan-only buffers keep Titan's own value so the load can stay strict.
+        titan_moe.load_state_dict({k: sub.get(k, want[k]) for k in want}, strict=True)
+    check = KeyCheck(
+        verdict="FAIL" if missing or unexpected or shapes else "PASS",
+        missing=missing, unexpected=unexpected, shape_mismatch=shapes, checked_keys=len(want), note=note,
+    )
+    return check, classify_strict_load(check, prefix=prefix)
+
+
+def classify_strict_load(check: KeyCheck, *, prefix: str) -> list[CompatIssue]:
+    """Name the cause of each strict-load failure: misnamed bias, transposed experts, others."""
+    issues: list[CompatIssue] = []
+    missing, unexpected = list(check.missing), list(check.unexpected)
+    titan_bias = [k for k in missing if k.startswith("expert_bias")]
+    hf_bias = [k for k in unexpected if k.startswith("expert_bias")]
+    if titan_bias and hf_bias:
+        issues.append(
+            CompatIssue(
+                code="router_bias_key_misnamed",
+                message=(
+                    f"the adapter maps gate.e_score_correction_bias to {prefix}{hf_bias[0]} but the Titan MoE "
+                    f"stores it as {prefix}{titan_bias[0]}; a strict load fails and a non-strict one silently "
+                    "drops the sigmoid router's correction bias (the round trip cannot see this)"
+                ),
+                fix_location=f"{STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns and _build_titan_to_hf_patterns: use the GroupedExperts-style discovered buffer name)",
+                severity="fixable",
+            )
+        )
+        missing = [k for k in missing if k not in titan_bias]
+        unexpected = [k for k in unexpected if k not in hf_bias]
+    if check.shape_mismatch:
+        issues.append(
+            CompatIssue(
+                code="strict_load_shape_mismatch",
+                message=f"converted expert weights do not fit the Titan MoE: {check.shape_mismatch[:4]} (transposed layout?)",
+                fix_location=f"{STATE_DICT_ADAPTER} (hf_to_titan_moe_state_dict: transpose/split)",
+                severity="fixable",
+            )
+        )
+    if missing or unexpected:
+        issues.append(
+            CompatIssue(
+                code="state_dict_keys_unmapped",
+                message=f"strict load of {prefix}*: Titan keys with no converted source {missing[:6]}; converted keys Titan does not have {unexpected[:6]}",
+                fix_location=f"{STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns / _build_titan_to_hf_patterns)",
+                severity="fixable",
+            )
+        )
+    return issues
+
+
+def roundtrip_issues(check: KeyCheck) -> list[CompatIssue]:
+    """Turn a failed round trip into an issue."""
+    if check.verdict == "PASS":
+        return []
+    return [
+        CompatIssue(
+            code="roundtrip_failed",
+            message=(
+                f"HF -> Titan -> HF changed the state dict: missing {check.missing[:4]}, extra {check.unexpected[:4]}, "
+                f"shape changes {check.shape_mismatch[:4]}, max |diff| {check.max_abs_diff} ({check.note})"
+            ),
+            fix_location=f"{STATE_DICT_ADAPTER} (_build_titan_to_hf_patterns)",
+            severity="fixable",
+        )
+    ]
