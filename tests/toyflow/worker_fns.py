@@ -13,3 +13,8 @@ def square(request):
         open(request["marker"], "w").close()
         time.sleep(request["sleep"])
     return {"square": request["n"] ** 2, "pid": os.getpid()}
+
+
+def read_value(request):
+    with open(request["path"]) as handle:
+        return {"value": handle.read().strip(), "pid": os.getpid()}

@@ -1,0 +1,116 @@
+"""The temporary-patch ledger: apply + measure + record, refusals, revert with proof, crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator import engine, ledger
+from orchestrator.audit import audit_run
+from orchestrator.errors import UsageError
+from orchestrator.store import RunStore
+from tests.conftest import make_repo
+
+
+@pytest.fixture(autouse=True)
+def patchy(monkeypatch):
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", "toy=tests.toyflow:WORKFLOW,patchy=tests.toyflow.patchflow:WORKFLOW")
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    path = tmp_path / "target"
+    make_repo(path, {"core/value.txt": "broken\n", "exp/code.py": "x = 1\n"})
+    return path
+
+
+def diff_for(target: Path, path: str, new: str) -> str:
+    import difflib
+
+    old = (target / path).read_text().splitlines(keepends=True)
+    lines = difflib.unified_diff(old, new.splitlines(keepends=True), f"a/{path}", f"b/{path}")
+    return "".join(lines)
+
+
+def start(target: Path, state_dir: Path) -> tuple[RunStore, str]:
+    store = RunStore(state_dir)
+    run_id = engine.start("patchy", {"target": str(target)}, store=store).run_id
+    assert engine.advance(run_id, store=store).exit_code == 4
+    return store, run_id
+
+
+def test_patch_is_measured_recorded_and_reverted_with_proof(target, state_dir):
+    store, run_id = start(target, state_dir)
+    outcome = ledger.submit_patch(run_id, diff=diff_for(target, "core/value.txt", "fixed\n"), label="fix it",
+                                  store=store, actor="agent", tool_call_id="call-1")
+    rows = outcome.state["records"]["gap_row"]
+    assert rows == [{"label": "fix it", "patch_id": rows[0]["patch_id"], "value": "fixed", "log": rows[0]["log"]}]
+    assert (state_dir / "runs" / run_id / "artifacts" / rows[0]["log"]).is_file()
+    assert len(outcome.state["open_patches"]) == 1
+    findings = audit_run(state_dir / "runs" / run_id)
+    assert [f.check for f in findings] == ["rule:no_open_patch"], "audit flags the open patch"
+    done = engine.advance(run_id, store=store)
+    assert done.state["status"] == "done" and not done.state["open_patches"]
+    assert (target / "core/value.txt").read_text() == "broken\n"
+    reverted = [e for e in store.read_events(run_id) if e["type"] == "patch_reverted"][0]["data"]
+    import git
+
+    assert reverted["files"]["core/value.txt"] == git.Repo(target).git.rev_parse("HEAD:core/value.txt")
+    assert audit_run(state_dir / "runs" / run_id) == []
+
+
+@pytest.mark.parametrize("path, new, expected", [
+    ("exp/code.py", "x = 2\n", "inside the permanent scope"),
+])
+def test_patch_inside_scope_is_refused_and_recorded(target, state_dir, path, new, expected):
+    store, run_id = start(target, state_dir)
+    with pytest.raises(UsageError, match=expected):
+        ledger.submit_patch(run_id, diff=diff_for(target, path, new), label="wrong", store=store)
+    assert (target / path).read_text() == "x = 1\n", "workspace unchanged"
+    state = store.read_state(run_id)
+    assert state["records"]["patch_refused"][0]["label"] == "wrong" and not state["open_patches"]
+
+
+def test_diff_that_does_not_apply_is_refused(target, state_dir):
+    store, run_id = start(target, state_dir)
+    bad = diff_for(target, "core/value.txt", "fixed\n").replace("-broken", "-something else")
+    with pytest.raises(UsageError, match="does not apply"):
+        ledger.submit_patch(run_id, diff=bad, label="stale", store=store)
+    assert (target / "core/value.txt").read_text() == "broken\n"
+
+
+def test_second_run_on_the_same_workspace_cannot_patch_while_the_first_holds_it(target, state_dir):
+    store, first = start(target, state_dir)
+    ledger.submit_patch(first, diff=diff_for(target, "core/value.txt", "half\n"), label="a", store=store)
+    other_store, second = start(target, state_dir / "other")
+    with pytest.raises(UsageError, match=f"holds temporary patches of run {first}"):
+        ledger.submit_patch(second, diff=diff_for(target, "core/value.txt", "fixed\n"), label="b", store=other_store)
+    ledger.revert_patches(first, store=store)
+    ledger.submit_patch(second, diff=diff_for(target, "core/value.txt", "fixed\n"), label="b", store=other_store)
+
+
+def test_patch_outside_the_patch_phase_is_refused(toy_repo, state_dir, monkeypatch):
+    store = RunStore(state_dir)
+    run_id = engine.start("toy", {"target": str(toy_repo)}, store=store).run_id
+    with pytest.raises(UsageError, match="takes no temporary patches"):
+        ledger.submit_patch(run_id, diff="", label="x", store=store)
+
+
+def test_killed_run_with_an_open_patch_reverts_it_on_the_next_advance(target, state_dir):
+    store, run_id = start(target, state_dir)
+    ledger.submit_patch(run_id, diff=diff_for(target, "core/value.txt", "half\n"), label="half", store=store)
+    with store.open_run(run_id) as run:  # what a kill -9 mid-phase leaves: phase_started, no completion
+        from orchestrator import events as ev
+
+        run.append(ev.PhaseStarted(attempt=run.state["attempts"]["probe"] + 1), phase="probe")
+    outcome = engine.advance(run_id, store=store)
+    types = [e["type"] for e in store.read_events(run_id)]
+    assert "phase_interrupted" in types and types.index("patch_reverted") > types.index("phase_interrupted")
+    assert not outcome.state["open_patches"] and (target / "core/value.txt").read_text() == "broken\n"
+    holder = Path(target / ".git" / ledger.LOCK_NAME)
+    assert not holder.exists()
+    assert json.dumps(outcome.state["records"]["gap_row"])  # the half row stays in the trail
+    assert os.environ["ORCHESTRATOR_WORKFLOWS"].startswith("toy=")

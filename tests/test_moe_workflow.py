@@ -1,0 +1,120 @@
+"""add-moe-model through the real CLI on the embedded torchtitan workspace.
+
+One state dir per test session holds the pristine workspace (made once from the installed
+torchtitan 0.3.0); each run clones it. These tests are few and real: each run imports
+torchtitan in worker subprocesses (~15 s per phase on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import git
+import pytest
+
+from tests.conftest import cli
+
+EXP = "torchtitan/experiments/transformers_modeling_backend/"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def moe_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("moe-state")
+
+
+def run_json(*args: str, state_dir: Path, timeout: float = 900) -> tuple[int, dict]:
+    result = cli(*args, "--json", state_dir=state_dir, timeout=timeout)
+    assert result.stdout.strip(), result.stderr
+    return result.returncode, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def events(state_dir: Path, run_id: str) -> list[dict]:
+    lines = (state_dir / "runs" / run_id / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="session")
+def qwen_run(moe_state: Path) -> dict:
+    code, status = run_json("run", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--branch", "new",
+                            "--commit", "auto", state_dir=moe_state)
+    return {"code": code, "status": status}
+
+
+def test_pass_model_runs_to_a_commit_inside_the_experiment_folder(qwen_run, moe_state):
+    assert qwen_run["code"] == 0, qwen_run["status"]
+    status = qwen_run["status"]
+    assert status["status"] == "done" and status["phase"] == "done"
+    repo = git.Repo(status["target"])
+    assert repo.active_branch.name == "add-moe/qwen3-30b-a3b"
+    files = list(repo.head.commit.stats.files)
+    assert files and all(f.startswith(EXP) for f in files), files
+    message = repo.head.commit.message
+    assert message.startswith("Add Qwen3-30B-A3B to transformers MoE backend")
+    assert "(H=2048, I=768, E=8)" in message
+    assert cli("audit", status["run_id"], state_dir=moe_state).returncode == 0
+    kinds = [e["type"] for e in events(moe_state, status["run_id"])]
+    assert "gap_analysis" not in {e["phase"] for e in events(moe_state, status["run_id"])}, "PASS skips 3c"
+    assert kinds[-1] == "run_finished"
+
+
+def test_compat_doc_values_come_from_the_trail(qwen_run, moe_state):
+    status = qwen_run["status"]
+    run_dir = moe_state / "runs" / status["run_id"]
+    numerics = json.loads((run_dir / "artifacts" / "numerics.json").read_text())
+    verdict = next(r for r in numerics if r["dtype"] == "bfloat16")
+    doc = (Path(status["target"]) / EXP / "MODEL_COMPATIBILITY.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| Qwen3-30B-A3B | qwen3_moe |"))
+    assert f"{verdict['kl']:.2e}" in row and f"{verdict['max_diff']:.2e}" in row
+    assert f"{verdict['cos_sim']:.6f}" in row and row.count("|") == 8
+
+
+def test_sigmoid_router_model_waits_for_the_agent_with_the_bias_key_issue(moe_state):
+    code, status = run_json("run", "add-moe-model", "--model", "deepseek-ai/DeepSeek-V3", "--branch", "current",
+                            "--commit", "never", state_dir=moe_state)
+    assert code == 4, status
+    assert status["phase"] == "probe" and status["awaiting"] == "agent"
+    codes = {i["code"] for i in status["issues"]}
+    assert "router_bias_key_misnamed" in codes, codes
+    assert all(i["fix_location"] for i in status["issues"])
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("some-org/NotARealModel-7B", "offline"),
+    ("type:llama", "no MoE layers"),
+])
+def test_bad_models_exit_2_without_a_run_directory(moe_state, tmp_path, model, expected):
+    state = tmp_path / "state"
+    result = cli("start", "add-moe-model", "--model", model, "--branch", "current", "--commit", "never",
+                 state_dir=state, timeout=600)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr and "Traceback" not in result.stderr
+    assert not list((state / "runs").glob("*")) if (state / "runs").exists() else True
+    assert not [p for p in (state / "workspaces").glob("torchtitan-*")] if (state / "workspaces").exists() else True
+
+
+def test_bad_targets_exit_2(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    result = cli("start", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--target", str(plain),
+                 state_dir=tmp_path / "s")
+    assert result.returncode == 2 and "not a git checkout" in result.stderr
+    repo = git.Repo.init(tmp_path / "notitan")
+    (tmp_path / "notitan" / "x.py").write_text("x = 1\n")
+    repo.git.add(A=True)
+    repo.index.commit("x")
+    result = cli("start", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--target", str(tmp_path / "notitan"),
+                 state_dir=tmp_path / "s")
+    assert result.returncode == 2 and "transformers modeling backend" in result.stderr
+
+
+def test_dirty_target_is_refused(qwen_run, tmp_path):
+    target = Path(qwen_run["status"]["target"])
+    (target / "stray.txt").write_text("uncommitted\n")
+    try:
+        result = cli("start", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--target", str(target),
+                     state_dir=tmp_path / "s")
+        assert result.returncode == 2 and "uncommitted changes" in result.stderr
+    finally:
+        (target / "stray.txt").unlink()
