@@ -19,169 +19,36 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.agent import files
+from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
+    ToolResult,
+    _Args,
+    _RunArgs,
+    StartRunArgs,
+    StatusArgs,
+    AdvanceArgs,
+    ListRunsArgs,
+    ReadArtifactArgs,
+    ExplainArgs,
+    AnswerArgs,
+    SubmitPatchArgs,
+    RevertPatchesArgs,
+    SubmitCandidateArgs,
+    NoteArgs,
+    EscalateArgs,
+    ReadFileArgs,
+    WriteFileArgs,
+    ApplyDiffArgs,
+    Status,
+)
 from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageError
 
 log = logging.getLogger("orchestrator.agent")
-Status = Literal["ok", "refused", "waiting_for_human", "error"]
 MAX_RECORDED_CHARS = 2000
-
-
-class ToolResult(BaseModel):
-    """What every tool answers (sent to the model as JSON text)."""
-
-    status: Status
-    message: str
-    data: dict[str, Any] = Field(default_factory=dict)
-
-    @property
-    def is_error(self) -> bool:
-        return self.status in ("refused", "error")
-
-    def outcome(self) -> str:
-        """The ``AgentActed.outcome`` line: ok, waiting for a human, refused: <why>, error: <why>."""
-        if self.status == "ok":
-            return "ok"
-        if self.status == "waiting_for_human":
-            return "waiting for a human"
-        kind = "error" if self.status == "error" else "refused"
-        return f"{kind}: {self.message}"
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class _RunArgs(_Args):
-    run_id: str
-    """The run's id, as returned by start_run or list_runs."""
-
-
-class StartRunArgs(_Args):
-    """Start a new run of a workflow (does not advance it; call advance next). The options are the
-    workflow's start options, e.g. {"target": "/abs/path/to/checkout"}; list_runs names the known workflows."""
-
-    workflow: str
-    """Workflow name, e.g. "add-moe-model" or "local-compile-perf"."""
-    options: dict[str, Any] = Field(default_factory=dict)
-    """The workflow's options as a JSON object, e.g. {"target": "/abs/path", "model": "..."}."""
-
-
-class StatusArgs(_RunArgs):
-    """The run's phase, status, what it waits for, pending questions and open issues."""
-
-
-class AdvanceArgs(_RunArgs):
-    """Run the current phase once (at most one phase per call) and report where the run stands.
-    Call it after each fix; repeat while status stays ok and the run is not done."""
-
-
-class ListRunsArgs(_Args):
-    """List every run in the state directory (one line each) and the workflows that can be started."""
-
-
-class ReadArtifactArgs(_RunArgs):
-    """Read an artifact the run recorded (reports, worker logs, tables) by its name under artifacts/."""
-
-    name: str
-    """Artifact name as listed by explain, e.g. "logs/000012-probe-square.log"."""
-    offset: int = Field(default=0, ge=0)
-    """Character offset to start from (for long artifacts)."""
-    max_chars: int = Field(default=20000, ge=1, le=files.MAX_READ_CHARS)
-    """How many characters to return at most."""
-
-
-class ExplainArgs(_RunArgs):
-    """Why the run waits, what the current phase found, where the skill says each fix goes, which
-    paths may be edited now, and the skill's rules for this phase. Start here."""
-
-
-class AnswerArgs(_RunArgs):
-    """Answer a pending question that is NOT human-only (human-only questions such as branch,
-    commit, core changes or PRs are refused: the run waits for a person). Does not advance."""
-
-    key: str
-    """The question's key, as listed in pending."""
-    value: str
-    """The answer; one of the question's choices when it has choices, JSON when its schema asks for it."""
-
-
-class SubmitPatchArgs(_RunArgs):
-    """Record and apply a temporary patch in the gap-analysis ledger (add-moe-model). The engine
-    applies it, records the blob hashes, and requires it reverted before the run may finish."""
-
-    diff: str
-    """Unified diff relative to the target's root."""
-    label: str
-    """Short label saying what the patch tests, e.g. "skip grouped_mm"."""
-
-
-class RevertPatchesArgs(_RunArgs):
-    """Revert every open temporary patch of the gap-analysis ledger (add-moe-model)."""
-
-
-class SubmitCandidateArgs(_RunArgs):
-    """Submit a candidate optimisation branch for measurement (local-compile-perf)."""
-
-    branch: str
-    """Git branch in the target that holds the candidate."""
-    label: str
-    """Short label for the candidate, e.g. "fuse rmsnorm"."""
-
-
-class NoteArgs(_RunArgs):
-    """Append a note to the run's trail: a devlog entry, feedback on the skill, or a decision and why."""
-
-    kind: Literal["devlog", "skill_feedback", "decision"] = "devlog"
-    """devlog (what you did), skill_feedback (where the skill text was wrong or unclear), decision."""
-    text: str
-    """The note, in a few sentences."""
-
-
-class EscalateArgs(_RunArgs):
-    """Ask the human a question. The run then waits for a person (`orchestrator resume`); stop
-    working on this run after escalating."""
-
-    question: str
-    """The question as a person should read it, with the context needed to answer."""
-    key: str = Field(default="", pattern=r"^([a-z][a-z0-9_]{0,63})?$")
-    """Answer key (snake_case); empty picks one."""
-    choices: list[str] = Field(default_factory=list)
-    """Allowed answers; empty for free text."""
-
-
-class ReadFileArgs(_RunArgs):
-    """Read a file (or list a directory) of the run's target checkout. Paths are relative to the
-    target's root; '..', .git and anything outside the target are refused."""
-
-    path: str
-    """Path relative to the target's root, e.g. "torchtitan/models/x/model.py"; "." lists the root."""
-    offset: int = Field(default=0, ge=0)
-    """Character offset to start from."""
-    max_chars: int = Field(default=20000, ge=1, le=files.MAX_READ_CHARS)
-    """How many characters to return at most."""
-
-
-class WriteFileArgs(_RunArgs):
-    """Create or overwrite a file under the current phase's allowed paths (see explain). Anything
-    else is refused and recorded."""
-
-    path: str
-    """Path relative to the target's root, inside the allowed paths."""
-    content: str
-    """The complete new content of the file."""
-
-
-class ApplyDiffArgs(_RunArgs):
-    """Apply a unified diff (git apply) to the target; every file it touches must be under the
-    current phase's allowed paths, or nothing is applied."""
-
-    diff: str
-    """Unified diff with a/ and b/ prefixes, relative to the target's root."""
 
 
 @dataclass(frozen=True, kw_only=True)
