@@ -298,7 +298,7 @@ def _register_plugins() -> None:
     """Commands that live in their own modules (patch ledger, candidates, agent, mcp)."""
     import importlib
 
-    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent"):
+    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "phases.local_compile_perf.cli"):
         try:
             importlib.import_module(module).register(main, command)
         except ModuleNotFoundError as exc:

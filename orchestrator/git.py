@@ -63,3 +63,28 @@ def base_blob_hash(path: str | Path, base_commit: str, relpath: str) -> str | No
 
 def head_commit(path: str | Path) -> str:
     return open_repo(path).head.commit.hexsha
+
+
+def git_apply(target: str | Path, diff: str, *flags: str) -> str:
+    """Run ``git apply [flags] -`` in ``target``; UsageError naming git's reason when it fails."""
+    import subprocess
+
+    proc = subprocess.run(["git", "-C", str(target), "apply", "--whitespace=nowarn", *flags],
+                          input=diff, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]
+        raise UsageError(f"the diff does not apply to {target}: {reason}")
+    return proc.stdout
+
+
+def diff_paths(target: str | Path, diff: str) -> list[str]:
+    """Every path ``git apply`` would touch (sources of renames and copies included)."""
+    out = git_apply(target, diff, "--numstat", "-z")
+    paths = {field.split("\t", 2)[2] for field in out.split("\0") if field.count("\t") >= 2}
+    # NOTE: git apply's numstat names only the destination of a rename; the source comes from
+    # the extended header lines, which cannot occur inside a hunk (hunk lines start with " +-\").
+    for line in diff.splitlines():
+        for header in ("rename from ", "copy from "):
+            if line.startswith(header):
+                paths.add(line[len(header):].strip().strip('"'))
+    return sorted(p for p in paths if p)

@@ -13,34 +13,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import RuleBroken, UsageError
-from orchestrator.git import base_blob_hash, blob_hash, open_repo
+from orchestrator.git import base_blob_hash, blob_hash, diff_paths, git_apply, open_repo
 
 LOCK_NAME = "orchestrator-patch-holder.json"
-
-
-def diff_paths(target: Path, diff: str) -> list[str]:
-    """Paths a diff touches (old and new names), from git itself; UsageError if it does not apply."""
-    check = _git_apply(target, diff, "--check")
-    if check.returncode != 0:
-        raise UsageError(f"diff does not apply to {target}: {check.stderr.strip() or check.stdout.strip()}")
-    numstat = _git_apply(target, diff, "--numstat", "-z", "--summary")
-    paths = set()
-    for chunk in numstat.stdout.split("\0"):
-        chunk = chunk.strip()
-        if chunk and "\t" in chunk:
-            paths.add(chunk.rsplit("\t", 1)[-1])
-        elif chunk and not chunk.startswith(("create mode", "delete mode", "rename", "copy", "mode change")):
-            paths.add(chunk)
-    return sorted(paths)
-
-
-def _git_apply(target: Path, diff: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "apply", *args, "-"], input=diff, text=True, capture_output=True, cwd=target)
 
 
 def apply_in_context(ctx: Any, *, diff: str, label: str, scope: tuple[str, ...], actor: str = "engine") -> dict[str, Any]:
@@ -53,9 +32,7 @@ def apply_in_context(ctx: Any, *, diff: str, label: str, scope: tuple[str, ...],
                          f"({', '.join(scope)}): that is a normal edit, not a temporary patch; edit the files directly")
     hold_workspace(target, ctx.run_id)
     before = {p: blob_hash(target, p) for p in paths}
-    applied = _git_apply(target, diff)
-    if applied.returncode != 0:
-        raise UsageError(f"git apply failed for patch {label!r}: {applied.stderr.strip()}")
+    git_apply(target, diff)
     patch_id = f"patch-{ctx.state['last_seq'] + 1}-{secrets.token_hex(2)}"
     name = ctx.write_artifact(f"patches/{patch_id}.diff", diff)
     files = {p: {"before": before[p], "after": blob_hash(target, p)} for p in paths}

@@ -117,6 +117,8 @@ class Workflow:
     rules: Mapping[str, Rule] = field(default_factory=dict)
     scope: tuple[str, ...] = ()
     """Path prefixes the run may change permanently; a temporary patch may not touch them."""
+    frozen: tuple[str, ...] = ()
+    """Paths (prefixes) no agent tool may edit; the workflow's guards re-check them from git."""
     patches: PatchPolicy | None = None
     templates_package: str = "phases"
     modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)

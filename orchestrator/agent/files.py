@@ -15,11 +15,12 @@ stdlib only (git runs as a subprocess): the CLI's hook command must start fast.
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import UsageError
+from orchestrator.git import diff_paths as shared_diff_paths
+from orchestrator.git import git_apply
 
 MAX_READ_CHARS = 60_000
 
@@ -43,6 +44,8 @@ class Scope:
     target: Path
     phase: str
     allowed_paths: tuple[str, ...]
+    frozen: tuple[str, ...] = ()
+    """Paths no agent may edit in any phase (e.g. the numerics script's thresholds)."""
 
 
 def resolve_in_target(target: Path, path: str) -> tuple[Path, str]:
@@ -90,6 +93,9 @@ def check_writable(scope: Scope, path: str) -> tuple[Path, str]:
         if not in_allowed(name, scope.allowed_paths):
             raise ScopeRefused(f"{name!r} is outside the paths phase {scope.phase} allows "
                                f"({', '.join(scope.allowed_paths)}); edit there instead")
+        if in_allowed(name, scope.frozen):
+            raise ScopeRefused(f"{name!r} is frozen for the whole run (its comparison logic and thresholds "
+                               "must stay as at the base commit); the engine alone edits it")
     return resolved, relative
 
 
@@ -136,23 +142,15 @@ def apply_unified_diff(scope: Scope, diff: str) -> dict[str, object]:
     return {"paths": paths}
 
 
-def diff_paths(target: Path, diff: str) -> list[str]:
-    """Every path ``git apply`` would touch, the source of renames and copies included."""
-    out = _git_apply(target, diff, "--numstat", "-z")
-    paths = {field.split("\t", 2)[2] for field in out.split("\0") if field.count("\t") >= 2}
-    # NOTE: git apply's numstat names only the destination of a rename; the source comes from
-    # the extended header lines, which cannot occur inside a hunk (hunk lines start with " +-\").
-    for line in diff.splitlines():
-        for header in ("rename from ", "copy from "):
-            if line.startswith(header):
-                paths.add(line[len(header):].strip().strip('"'))
-    return sorted(p for p in paths if p)
-
-
 def _git_apply(target: Path, diff: str, *flags: str) -> str:
-    proc = subprocess.run(["git", "-C", str(target), "apply", "--whitespace=nowarn", *flags],
-                          input=diff, capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        reason = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]
-        raise ScopeRefused(f"the diff does not apply to {target}: {reason}")
-    return proc.stdout
+    try:
+        return git_apply(target, diff, *flags)
+    except UsageError as exc:
+        raise ScopeRefused(exc.message) from None
+
+
+def diff_paths(target: Path, diff: str) -> list[str]:
+    try:
+        return shared_diff_paths(target, diff)
+    except UsageError as exc:
+        raise ScopeRefused(exc.message) from None

@@ -175,7 +175,18 @@ def _scope(state: dict[str, Any]) -> files.Scope:
 
     spec = _phase_spec(state)
     allowed = spec.allowed_paths if spec is not None else ()
-    return files.Scope(target=Path(state["target"]), phase=state["phase"], allowed_paths=tuple(allowed))
+    frozen = _workflow_frozen(state)
+    return files.Scope(target=Path(state["target"]), phase=state["phase"], allowed_paths=tuple(allowed),
+                       frozen=frozen)
+
+
+def _workflow_frozen(state: dict[str, Any]) -> tuple[str, ...]:
+    from orchestrator.workflow import load_workflow
+
+    try:
+        return tuple(load_workflow(state["workflow"]).frozen)
+    except OrchestratorError:
+        return ()
 
 
 def _phase_spec(state: dict[str, Any]) -> Any:

@@ -75,10 +75,12 @@ WORKFLOW = Workflow(
     prepare=prepare,
     gates={"preflight_answered": rules.preflight_answered, "probe_clean": rules.probe_clean,
            "no_open_patches": rules.no_open_patches},
-    guards={"scope": rules.scope_guard, "forbidden_calls": rules.forbidden_calls_guard},
+    guards={"scope": rules.scope_guard, "forbidden_calls": rules.forbidden_calls_guard,
+            "frozen_thresholds": rules.frozen_thresholds_guard},
     rules={"commit_inside_scope": rules.commit_inside_scope, "no_questions_in_gap_analysis": rules.no_questions_in_gap,
            "numerics_tier_matches_kl": rules.numerics_tier_matches_kl},
     scope=(EXP,),
+    frozen=rules.FROZEN,
     patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
                         row_kind="gap_row"),
 )

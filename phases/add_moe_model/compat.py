@@ -12,9 +12,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from phases.add_moe_model.model_source import ModelSource
+from phases.add_moe_model.workspace import EXP as EXP_DIR
 
 Severity = Literal["fixable", "blocker", "core"]
-EXP = "torchtitan/experiments/transformers_modeling_backend"
+EXP = EXP_DIR.rstrip("/")  # fix locations and script paths join it with "/"
 
 
 class CompatIssue(BaseModel):

@@ -6,6 +6,7 @@ rules run in ``orchestrator audit`` over the whole trail.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from orchestrator.git import changed_paths, open_repo
@@ -97,3 +98,35 @@ def numerics_tier_matches_kl(events: list[dict[str, Any]], state: dict[str, Any]
             if tier != status:
                 found.append((event["seq"], f"{row.get('dtype')}: status {status} but KL {kl:.2e} is {tier}"))
     return found
+
+
+NE = EXP + ".claude/skills/add_moe_model/scripts/numerical_equivalence.py"
+NEP = EXP + ".claude/skills/add_moe_model/scripts/numerical_equivalence_pretrained.py"
+FROZEN = (NE, NEP)
+
+
+def frozen_thresholds_guard(state: dict[str, Any]) -> Violation | None:
+    """The numerics scripts keep their comparison logic and thresholds: only _MODEL_CONFIGS may change."""
+    from phases.add_moe_model.config_entry import check_only_model_configs_changed
+
+    repo, base = open_repo(state["target"]), state["base"]["commit"]
+    problems = []
+    for path in FROZEN:
+        try:
+            before = repo.git.show(f"{base}:{path}")
+        except Exception:  # noqa: BLE001 (absent at base: torchtitan 0.3.0 ships neither script)
+            before = None
+        file = Path(repo.working_tree_dir) / path
+        after = file.read_text(encoding="utf-8") if file.is_file() else None
+        if before == after:
+            continue
+        if before is None or after is None:
+            problems.append(f"{path} was {'created' if before is None else 'deleted'}")
+        elif path == NEP:
+            problems.append(f"{path} changed")
+        else:
+            problems += [f"{path}: {p}" for p in check_only_model_configs_changed(before, after)]
+    if not problems:
+        return None
+    return Violation(message="frozen numerics code changed (thresholds and comparison logic stay as at the base): "
+                             + "; ".join(problems), paths=tuple(p for p in FROZEN))

@@ -55,5 +55,5 @@ def write_entry(ctx: PhaseContext, entry: dict) -> tuple[str, list[str]]:
     problems = check_only_model_configs_changed(before, after, model_type=entry["model_type"])
     if not problems:
         script.write_text(after)
-        ctx.record("ne_entry_written", path=NE_PATH, model_type=entry["model_type"])
+        ctx.add_record("ne_entry_written", {"path": NE_PATH, "model_type": entry["model_type"]})
     return NE_PATH, problems

@@ -208,9 +208,9 @@ def prepare_bench(req: CompareRequest, *, first_dtype: str) -> Bench:
 
     from phases.add_moe_model.work import moe_blocks
 
-    importlib_t = time.perf_counter()
+    backend_t = time.perf_counter()
     __import__(f"{moe_blocks.EXP}.state_dict_adapter")
-    seconds = {"import": elapsed(t0), "import_backend": elapsed(importlib_t)}
+    seconds = {"import": elapsed(t0), "import_backend": elapsed(backend_t)}
     device, note = resolve_device(req.device)
     t1 = time.perf_counter()
     config = moe_blocks.build_hf_config(req.model_type, req.config_kwargs)
