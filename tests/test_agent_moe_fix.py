@@ -1,0 +1,81 @@
+"""A real fix cycle driven by our Anthropic loop on the embedded torchtitan workspace.
+
+torchtitan 0.3.0's adapter maps DeepSeek-V3's ``gate.e_score_correction_bias`` to
+``expert_bias`` while Titan's MoE names the buffer ``expert_bias_E``: the probe reports
+``router_bias_key_misnamed``. The scripted model first tries two forbidden edits (a core
+file and the frozen numerics script), both refused; then fixes the adapter with apply_diff
+and advances until numerics has run. The whole dialogue is in the trail.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator import engine
+from orchestrator.agent.driver import drive
+from orchestrator.store import RunStore
+from tests.conftest import cli
+from tests.test_agent_driver import ScriptedModel, assert_secret_absent
+
+pytestmark = pytest.mark.slow
+ADAPTER = "torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py"
+NE = "torchtitan/experiments/transformers_modeling_backend/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
+
+
+def bias_fix(target: Path) -> str:
+    """The one-word fix, as the agent would write it: both pattern tables name expert_bias_E."""
+    import difflib
+
+    old = (target / ADAPTER).read_text()
+    new = old.replace(r'r"\1expert_bias", False)', r'r"\1expert_bias_E", False)')
+    new = new.replace(r'(r"^(.*\.)expert_bias$",', r'(r"^(.*\.)expert_bias_E$",')
+    assert new.count("expert_bias_E") == old.count("expert_bias_E") + 2, "the adapter's patterns changed upstream"
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{ADAPTER}", f"b/{ADAPTER}"))
+
+
+def core_edit(target: Path) -> str:
+    path = "torchtitan/models/common/moe.py"
+    first = (target / path).read_text().splitlines(True)[0]
+    return f"--- a/{path}\n+++ b/{path}\n@@ -1 +1,2 @@\n {first}+# loosen the router\n"
+
+
+def test_agent_fixes_the_bias_key_and_numerics_runs(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    store = RunStore(state_dir)
+    run_id = engine.start("add-moe-model", {"model": "deepseek-ai/DeepSeek-V3", "branch": "current",
+                                            "commit": "never", "device": "cpu"}, store=store).run_id
+    waiting = engine.advance(run_id, store=store)
+    assert waiting.exit_code == 4 and "router_bias_key_misnamed" in {i["code"] for i in waiting.state["issues"]}
+    target = Path(waiting.state["target"])
+    model = ScriptedModel(run_id, [
+        lambda r: [("explain", {"run_id": r})],
+        lambda r: [("apply_diff", {"run_id": r, "diff": core_edit(target)}),
+                   ("write_file", {"run_id": r, "path": NE, "content": "KL_PASS = 1.0\n"})],
+        lambda r: [("apply_diff", {"run_id": r, "diff": bias_fix(target)})],
+        lambda r: [("advance", {"run_id": r})],
+        lambda r: [("advance", {"run_id": r})],
+        lambda r: [("advance", {"run_id": r})],
+        lambda r: "numerics ran; stopping here",
+    ])
+    result = drive(run_id, store=store, client=model.client(), model="claude-test", max_turns=10)
+    assert result.tool_calls == 7, result
+    acted = [e["data"] for e in store.read_events(run_id) if e["type"] == "agent_acted"]
+    outcomes = [a["outcome"].split(":")[0] for a in acted]
+    assert outcomes[:4] == ["ok", "refused", "refused", "ok"], outcomes
+    assert "outside the paths" in acted[1]["outcome"] and "frozen" in acted[2]["outcome"]
+    assert not (target / NE).exists()
+    assert "expert_bias_E" in (target / ADAPTER).read_text()
+    state = store.read_state(run_id)
+    probe = state["results"]["probe"]
+    assert probe["strict_load"] == "PASS" and not probe["issues"], probe["issues"]
+    assert "numerics" in state["results"], state["summary"]
+    verdict = state["results"]["numerics"]["verdict"]
+    assert verdict["status"] in ("PASS", "WARN", "FAIL") and verdict["roundtrip"]["status"] == "PASS"
+    first_system = model.requests[0]["system"]
+    assert "router_bias_key_misnamed" in first_system and "experiments/transformers_modeling_backend" in first_system
+    assert_secret_absent(state_dir)
+    audit = cli("audit", run_id, "--json", state_dir=state_dir)
+    assert audit.returncode == 0 and json.loads(audit.stdout)["ok"], audit.stdout
