@@ -149,11 +149,13 @@ def run_cmd(settings: _Settings, workflow: str) -> int:
 
 @command(main, "advance")
 @click.argument("run_id")
-def advance_cmd(settings: _Settings, run_id: str) -> int:
+@click.option("--max-phases", type=click.IntRange(min=1), default=None, help="Stop after N phase attempts.")
+def advance_cmd(settings: _Settings, run_id: str, max_phases: int | None) -> int:
     """Run phases until RUN is done or waits on an agent or a human."""
     from orchestrator import engine
 
-    return _print_outcome(settings, engine.advance(run_id, store=settings.store(), progress=settings.progress()))
+    outcome = engine.advance(run_id, store=settings.store(), progress=settings.progress(), max_phases=max_phases)
+    return _print_outcome(settings, outcome)
 
 
 @command(main, "resume")

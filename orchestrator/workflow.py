@@ -200,7 +200,7 @@ class Workflow:
 
 
 BUILTIN_WORKFLOWS = {
-    "add-moe-model": "phases.add_moe_model:WORKFLOW",
+    "add-moe-model": "phases.add_moe_model.workflow:WORKFLOW",
     "local-compile-perf": "phases.local_compile_perf:WORKFLOW",
 }
 

@@ -42,7 +42,7 @@ def qwen_run(moe_state: Path) -> dict:
     return {"code": code, "status": status}
 
 
-def test_pass_model_runs_to_a_commit_inside_the_experiment_folder(qwen_run, moe_state):
+def test_qwen3_runs_to_a_commit_inside_the_experiment_folder(qwen_run, moe_state):
     assert qwen_run["code"] == 0, qwen_run["status"]
     status = qwen_run["status"]
     assert status["status"] == "done" and status["phase"] == "done"
@@ -54,9 +54,31 @@ def test_pass_model_runs_to_a_commit_inside_the_experiment_folder(qwen_run, moe_
     assert message.startswith("Add Qwen3-30B-A3B to transformers MoE backend")
     assert "(H=2048, I=768, E=8)" in message
     assert cli("audit", status["run_id"], state_dir=moe_state).returncode == 0
-    kinds = [e["type"] for e in events(moe_state, status["run_id"])]
-    assert "gap_analysis" not in {e["phase"] for e in events(moe_state, status["run_id"])}, "PASS skips 3c"
-    assert kinds[-1] == "run_finished"
+    trail = events(moe_state, status["run_id"])
+    assert trail[-1]["type"] == "run_finished"
+
+
+def test_gap_analysis_runs_exactly_when_numerics_is_not_pass(qwen_run, moe_state):
+    status = qwen_run["status"]
+    trail = events(moe_state, status["run_id"])
+    verdict = next(e for e in trail if e["type"] == "phase_completed" and e["phase"] == "numerics")
+    ran_gap = any(e["phase"] == "gap_analysis" for e in trail)
+    assert ran_gap == (verdict["data"]["data"]["verdict"]["status"] != "PASS")
+    if not ran_gap:
+        return
+    applied = [e["data"] for e in trail if e["type"] == "patch_applied"]
+    reverted = [e["data"] for e in trail if e["type"] == "patch_reverted"]
+    assert applied and {pid for r in reverted for pid in r["patch_ids"]} == {a["patch_id"] for a in applied}
+    repo = git.Repo(status["target"])
+    base = trail[0]["data"]["base"]["commit"]
+    for path, blob in reverted[-1]["files"].items():
+        assert not path.startswith(EXP) and blob == repo.git.rev_parse(f"{base}:{path}")
+    table = (moe_state / "runs" / status["run_id"] / "artifacts" / "gap_table.md").read_text()
+    assert table.startswith("| Patch | max_diff | KL | Description |") and "| baseline |" in table
+    rows = [e["data"]["record"] for e in trail if e["type"] == "record_added" and e["data"]["kind"] == "gap_row"]
+    for row in rows:
+        if row["log"]:
+            assert (moe_state / "runs" / status["run_id"] / "artifacts" / row["log"]).is_file(), row
 
 
 def test_compat_doc_values_come_from_the_trail(qwen_run, moe_state):

@@ -312,7 +312,11 @@ def measure_output_gap(hf_out: Any, tt_out: Any) -> dict[str, Any]:
     import torch.nn.functional as F
 
     hf, tt = hf_out.float().flatten(), tt_out.float().flatten()
-    kl = F.kl_div(F.log_softmax(tt, dim=0), F.softmax(hf, dim=0), reduction="batchmean").item()
+    # NOTE: one distribution over all elements is a batch of ONE row, so "batchmean" divides
+    # the summed KL by 1. On a 1-D tensor it would divide by the element count and report
+    # values ~1e5 times smaller than the skill's thresholds were set for.
+    kl = F.kl_div(F.log_softmax(tt.unsqueeze(0), dim=-1), F.softmax(hf.unsqueeze(0), dim=-1),
+                  reduction="batchmean").item()
     diff = (hf - tt).abs()
     values = {"kl": kl, "cos_sim": F.cosine_similarity(hf, tt, dim=0).item(),
               "max_diff": diff.max().item(), "mean_diff": diff.mean().item()}

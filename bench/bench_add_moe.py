@@ -1,0 +1,105 @@
+"""add-moe-model phase costs against their floors, measured side by side in one run.
+
+    python bench/bench_add_moe.py [--repeat 2]
+
+1. probe: `orchestrator advance --max-phases 2` (pre-flight + probe of DeepSeek-V3) vs a bare
+   `python -c` that imports the experiment package and builds the full DeepSeek-V3 config
+   (61 layers, 256 experts) on meta.                                     goal <= 1.3x
+2. numerics: the numerics phase of Qwen3-30B-A3B's synthetic config vs a bare `python -c`
+   that imports the same modules and runs the HF block and the Titan MoE forward once in
+   each of the two dtypes.                                                goal <= 1.5x, < 60 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE_FLOOR = """
+import torch
+import torchtitan.experiments.transformers_modeling_backend.moe_replacement
+import torchtitan.experiments.transformers_modeling_backend.state_dict_adapter
+from transformers import AutoConfig, AutoModelForCausalLM
+import json
+entry = [m for m in json.load(open('phases/add_moe_model/registry.json'))['models'] if m['model_type'] == 'deepseek_v3'][0]
+config = AutoConfig.for_model('deepseek_v3', **{k: v for k, v in entry['config'].items() if k != 'model_type'})
+with torch.device('meta'):
+    AutoModelForCausalLM.from_config(config)
+"""
+NUMERICS_FLOOR = """
+import torch
+from torchtitan.experiments.transformers_modeling_backend.moe_replacement import _build_moe_config, _probe_hf_moe_block
+from torchtitan.experiments.transformers_modeling_backend.state_dict_adapter import hf_to_titan_moe_state_dict
+from transformers import AutoConfig, AutoModelForCausalLM
+import sys, json
+entry = json.loads(sys.argv[1])
+config = AutoConfig.for_model(**entry)
+config._experts_implementation = 'grouped_mm'
+model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+block = model.model.layers[0].mlp
+config.load_balance_coeff = None
+config.comm_backend = 'standard'
+params = _probe_hf_moe_block(block, config)
+with torch.device('meta'):
+    titan = _build_moe_config(params, config).build()
+titan.to_empty(device='cpu'); titan.init_states(buffer_device=torch.device('cpu'))
+sd = hf_to_titan_moe_state_dict({f'mlp.{k}': v for k, v in block.state_dict().items()})
+titan.load_state_dict({k.removeprefix('mlp.'): v for k, v in sd.items()}, strict=False)
+x = torch.randn(2, 16, config.hidden_size)
+with torch.no_grad():
+    for dtype in (torch.bfloat16, torch.float32):
+        block.to(dtype); titan.to(dtype)
+        block(x.to(dtype)); titan(x.to(dtype))
+"""
+
+
+def seconds(command: list[str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode not in (0, 3, 4):
+        raise SystemExit(f"{command[:4]} failed ({done.returncode}): {done.stderr[-800:]}")
+    return time.perf_counter() - started
+
+
+def cli(*args: str, state: Path) -> list[str]:
+    return [sys.executable, "-m", "orchestrator.cli", *args, "--state-dir", str(state)]
+
+
+def start(model: str, state: Path) -> str:
+    out = subprocess.run(cli("start", "add-moe-model", "--model", model, "--branch", "current", "--commit",
+                             "never", "--json", state=state), cwd=ROOT, capture_output=True, text=True)
+    return json.loads(out.stdout)["run_id"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp)
+        floors, probes = [], []
+        for _ in range(args.repeat):
+            floors.append(seconds([sys.executable, "-c", PROBE_FLOOR]))
+            probes.append(seconds(cli("advance", start("deepseek-ai/DeepSeek-V3", state), "--max-phases", "2",
+                                      state=state)))
+        floor, probe = statistics.median(floors), statistics.median(probes)
+        print(f"probe phase (DeepSeek-V3, through the CLI): {probe:.1f} s vs floor {floor:.1f} s "
+              f"-> {probe / floor:.2f}x (goal <= 1.3x)")
+        run_id = start("Qwen/Qwen3-30B-A3B", state)
+        subprocess.run(cli("advance", run_id, "--max-phases", "3", state=state), cwd=ROOT, capture_output=True)
+        entry = json.loads((state / "runs" / run_id / "run.json").read_text())["results"]["synthetic_config"]["entry"]
+        numerics_floor = seconds([sys.executable, "-c", NUMERICS_FLOOR, json.dumps(entry)])
+        numerics = seconds(cli("advance", run_id, "--max-phases", "1", state=state))
+        print(f"numerics phase (Qwen3 synthetic, CPU, bf16 + fp32): {numerics:.1f} s vs floor {numerics_floor:.1f} s "
+              f"-> {numerics / numerics_floor:.2f}x (goal <= 1.5x and < 60 s)")
+
+
+if __name__ == "__main__":
+    main()

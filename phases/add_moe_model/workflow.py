@@ -1,0 +1,86 @@
+"""add-moe-model: port a Hugging Face MoE model into torchtitan's transformers backend.
+
+The whole skill as one table: pre-flight -> probe -> synthetic config -> numerics ->
+(gap analysis when numerics is WARN or FAIL) -> parallelism -> compatibility doc -> commit.
+Guards hold at every advance: permanent edits only inside the experiment folder (open
+temporary patches of the gap analysis excepted) and no forward hooks or
+``parallelize_module`` added there. Core patches go through the engine's ledger only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.workflow import PatchPolicy, PhaseSpec, Workflow
+from phases.add_moe_model import rules
+from phases.add_moe_model.start import prepare
+from phases.add_moe_model.workspace import EXP
+
+NOTES = {
+    "probe": "Fix every fixable issue inside the experiment folder (state_dict_adapter.py, moe_replacement.py, "
+             "hf_sharding.py, model.py), then advance: the probe re-runs on your edited checkout. Do not ask; "
+             "do not edit core (torchtitan/models, distributed, components).",
+    "synthetic_config": "The entry keeps the real hidden/intermediate/moe sizes, 8 experts, top-2, vocab 256, "
+                        "max_position_embeddings 64, sdpa, use_cache False, heads dividing hidden.",
+    "numerics": "HF is the gold standard: never patch HF modules, never loosen thresholds (PASS KL<1e-6, WARN<1e-3). "
+                "Fix ERROR/SKIP in the experiment folder: ValueError from the probe -> synthetic config; shape "
+                "mismatch -> adapter; grouped_mm RuntimeError -> expert weight shapes; FAIL -> routing or transfer.",
+    "gap_analysis": "Fully automatic, no questions. Temporary core patches only through submit_patch (one at a "
+                    "time, each measured); every patch is reverted with proof before the phase passes.",
+    "parallelism": "TP sharding only via _sharding_config (colwise_config / rowwise_config / _replicate_config); "
+                   "no forward hooks, no parallelize_module, no redundant-compute TP.",
+}
+
+
+class Options(BaseModel):
+    """``orchestrator start add-moe-model --model MODEL [...]``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1)
+    """Registry id (e.g. Qwen/Qwen3-30B-A3B), a config.json or its directory, or type:<model_type>."""
+    target: str = "embedded"
+    """"embedded" (a workspace made from the installed torchtitan) or a torchtitan git checkout."""
+    branch: str | None = Field(default=None, pattern=r"^(current|new(:[A-Za-z0-9._/-]+)?)$")
+    commit: Literal["auto", "never"] | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    python: str | None = None
+    """Interpreter of the target's environment (default: this one)."""
+
+
+WORKFLOW = Workflow(
+    name="add-moe-model",
+    description="Add a Hugging Face MoE model to torchtitan's transformers modeling backend",
+    phases=(
+        PhaseSpec(name="preflight", module="phases.add_moe_model.preflight", title="branch and commit choice"),
+        PhaseSpec(name="probe", module="phases.add_moe_model.probe", title="compatibility probe (meta device)",
+                  gates=("preflight_answered",), allowed_paths=(EXP,), agent_notes=NOTES["probe"]),
+        PhaseSpec(name="synthetic_config", module="phases.add_moe_model.synthetic_config",
+                  title="synthetic test config", gates=("probe_clean",), allowed_paths=(EXP,),
+                  agent_notes=NOTES["synthetic_config"]),
+        PhaseSpec(name="numerics", module="phases.add_moe_model.numerics", title="numerical equivalence",
+                  routes={"pass": "parallelism", "gap": "gap_analysis"}, allowed_paths=(EXP,),
+                  agent_notes=NOTES["numerics"]),
+        PhaseSpec(name="gap_analysis", module="phases.add_moe_model.gap_analysis",
+                  title="numerical gap analysis (temporary core patches)", agent_notes=NOTES["gap_analysis"]),
+        PhaseSpec(name="parallelism", module="phases.add_moe_model.parallelism", title="parallelism checks",
+                  gates=("no_open_patches",), allowed_paths=(EXP,), agent_notes=NOTES["parallelism"]),
+        PhaseSpec(name="compat_doc", module="phases.add_moe_model.compat_doc", title="MODEL_COMPATIBILITY.md",
+                  gates=("no_open_patches",)),
+        PhaseSpec(name="commit", module="phases.add_moe_model.commit", title="lint and commit",
+                  gates=("no_open_patches",)),
+    ),
+    options=Options,
+    prepare=prepare,
+    gates={"preflight_answered": rules.preflight_answered, "probe_clean": rules.probe_clean,
+           "no_open_patches": rules.no_open_patches},
+    guards={"scope": rules.scope_guard, "forbidden_calls": rules.forbidden_calls_guard,
+            "frozen_thresholds": rules.frozen_thresholds_guard},
+    rules={"commit_inside_scope": rules.commit_inside_scope, "no_questions_in_gap_analysis": rules.no_questions_in_gap,
+           "numerics_tier_matches_kl": rules.numerics_tier_matches_kl},
+    scope=(EXP,),
+    frozen=rules.FROZEN,
+    patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
+                        row_kind="gap_row"),
+)

@@ -1,0 +1,246 @@
+"""Phase 3a: the numerics worker on real synthetic models, and the phase's routing.
+
+Slow tests run the worker in a fresh process (as ``ctx.call_worker`` does) against the
+installed torchtitan and transformers and assert the verdicts observed on this CPU
+(torch 2.13, transformers 5.24, torchtitan 0.3.0), with the reason for each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+
+from orchestrator.phase_api import PhaseResult
+from phases.add_moe_model import numerics as phase
+from phases.add_moe_model.work.numerics import CompareResult, RoundTrip, classify_kl
+
+REPO = Path(__file__).resolve().parents[1]
+COMMON = dict(num_hidden_layers=1, vocab_size=256, max_position_embeddings=64, attn_implementation="sdpa",
+              use_cache=False)
+SYNTHETIC = {
+    "qwen3_moe": dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                      num_experts=8, num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=4,
+                      head_dim=128, norm_topk_prob=True, decoder_sparse_step=1, **COMMON),
+    "olmoe": dict(model_type="olmoe", hidden_size=2048, intermediate_size=1024, num_experts=8, num_experts_per_tok=2,
+                  num_attention_heads=16, num_key_value_heads=16, **COMMON),
+    "deepseek_v3": dict(model_type="deepseek_v3", hidden_size=7168, intermediate_size=18432,
+                        moe_intermediate_size=2048, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                        n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=0,
+                        num_attention_heads=8, num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=16,
+                        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, **COMMON),
+    "gpt_oss": dict(model_type="gpt_oss", hidden_size=2880, intermediate_size=2880, num_local_experts=8,
+                    num_experts_per_tok=2, num_attention_heads=64, num_key_value_heads=8, head_dim=64, **COMMON),
+    "gemma4_text": dict(model_type="gemma4_text", hidden_size=2816, intermediate_size=2112, moe_intermediate_size=704,
+                        num_experts=8, top_k_experts=2, enable_moe_block=True, num_attention_heads=16,
+                        num_key_value_heads=8, head_dim=256, hidden_size_per_layer_input=0, **COMMON),
+}
+
+
+def test_kl_tiers_are_our_constants() -> None:
+    observed = [classify_kl(v) for v in (0.0, 9.9e-7, 1e-6, 9.9e-4, 1e-3, float("nan"))]
+    assert observed == ["PASS", "PASS", "WARN", "WARN", "FAIL", "FAIL"]
+
+
+def test_engine_side_modules_do_not_import_torch() -> None:
+    code = ("import sys; import phases.add_moe_model.numerics, phases.add_moe_model.gap_recipes, "
+            "phases.add_moe_model.forbidden, phases.add_moe_model.work.numerics, "
+            "phases.add_moe_model.work.build_check; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _result(status: str, *, dtype: str = "bfloat16", rt: str = "PASS", **extra: Any) -> CompareResult:
+    metrics = dict(kl=2e-5, cos_sim=0.99999, max_diff=3e-2, mean_diff=1e-3) if status in ("PASS", "WARN", "FAIL") else {}
+    return CompareResult(model_type="mixtral", dtype=dtype, device="cpu", status=status, seed=42,
+                         roundtrip=RoundTrip(status=rt, max_diff=0.0), **{**metrics, **extra})
+
+
+def test_decide_routes_on_the_bf16_verdict_only() -> None:
+    assert phase.decide([_result("PASS"), _result("FAIL", dtype="float32")]).route == "pass"
+    for status in ("WARN", "FAIL"):
+        decided = phase.decide([_result(status), _result("PASS", dtype="float32")])
+        assert (decided.outcome, decided.route) == ("passed", "gap")
+
+
+def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
+    probe = phase.decide([_result("ERROR", error_type="ValueError",
+                                  error="ValueError: Could not determine top_k [at moe_replacement.py:1 _resolve_top_k]")])
+    assert probe.outcome == "needs_agent" and probe.issues[0].code == "probe_value_error"
+    load = phase.decide([_result("ERROR", error_type="RuntimeError",
+                                 error="RuntimeError: Error(s) in loading state_dict: size mismatch for w1")])
+    assert load.issues[0].fix_location == "state_dict_adapter.py"
+    gmm = phase.decide([_result("ERROR", error_type="RuntimeError", error="RuntimeError: grouped_mm: bad offs")])
+    assert gmm.issues[0].code == "grouped_mm_shape_error"
+    assert phase.decide([_result("SKIP")]).issues[0].code == "no_moe_layer"
+    rt = phase.decide([_result("PASS", rt="FAIL")])
+    assert rt.outcome == "needs_agent" and rt.issues[0].code == "state_dict_roundtrip_failed"
+
+
+def _render(template: str, **values: Any) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(REPO / "phases" / "templates"),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.get_template(template).render(**values)
+
+
+def test_table_uses_the_skill_stdout_format() -> None:
+    rows = [_result("WARN", kl=4.62e-05, max_diff=3.125e-02, cos_sim=0.9999871),
+            _result("WARN", dtype="float32", kl=1e-7, max_diff=1e-3, cos_sim=1.0)]
+    text = _render("numerics_table.txt.j2", table=phase.build_table(rows))
+    assert "  WARN   mixtral               KL=4.62e-05  cos=0.999987  max_diff=3.12e-02\n" in text
+    assert "  PASS   mixtral               round-trip max_diff=0.00e+00\n" in text
+    assert "All models passed numerical equivalence." in text
+    assert "Diagnostic, not the verdict" in text
+    failed = _render("numerics_table.txt.j2", table=phase.build_table([_result("ERROR", error="boom")]))
+    assert "  ERROR  mixtral               boom" in failed and "Some models FAILED" in failed
+
+
+def _run_worker(func: str, request: dict) -> dict:
+    module, name = func.split(":")
+    code = (f"import json, sys; from {module} import {name} as fn; "
+            "print('@@answer ' + json.dumps(fn(json.loads(sys.stdin.read()))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), text=True, cwd=REPO,
+                          env=env, capture_output=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("@@answer "))
+    return json.loads(line[len("@@answer "):])
+
+
+class _Ctx:
+    """A PhaseContext stand-in: real worker subprocess, real template, in-memory trail."""
+
+    def __init__(self, tmp: Path, entry: dict) -> None:
+        self.results = {"synthetic_config": {"entry": entry}}
+        self.options = {"device": "cpu"}
+        self.artifacts: dict[str, str] = {}
+        self.measurements: list[dict] = []
+        self.artifacts_dir = tmp
+
+    def progress(self, message: str) -> None:
+        pass
+
+    def call_worker(self, func: str, request: dict, **_: Any) -> dict:
+        return _run_worker(func, request)
+
+    def write_artifact(self, name: str, content: str) -> str:
+        self.artifacts[name] = content
+        return name
+
+    def render(self, template: str, **values: Any) -> str:
+        return _render(template, **values)
+
+    def record_measurement(self, **kwargs: Any) -> None:
+        self.measurements.append(kwargs)
+
+
+@pytest.fixture(scope="session")
+def qwen3_phase(tmp_path_factory: pytest.TempPathFactory) -> tuple[_Ctx, PhaseResult]:
+    ctx = _Ctx(tmp_path_factory.mktemp("numerics"), SYNTHETIC["qwen3_moe"])
+    return ctx, phase.run(ctx)
+
+
+@pytest.mark.slow
+def test_phase_on_qwen3_warns_with_artifacts_and_measurements(qwen3_phase: tuple[_Ctx, PhaseResult]) -> None:
+    ctx, result = qwen3_phase
+    # Observed on this CPU: bf16 KL ~1.0e-6 (the skill's GPU table: 5.31e-07), max_diff 7.8e-3;
+    # both sides grouped_mm, nothing lost in transfer. KL sits at the PASS/WARN edge, so the
+    # test checks the tier is the one our thresholds give, and the route that tier takes.
+    verdict = result.data["verdict"]
+    assert verdict["status"] == classify_kl(verdict["kl"]) and 1e-7 < verdict["kl"] < 1e-5, verdict
+    assert (result.outcome, result.route) == ("passed", "pass" if verdict["status"] == "PASS" else "gap")
+    verdict = result.data["verdict"]
+    assert verdict["hf_experts_impl"] == "grouped_mm" and verdict["device"] == "cpu"
+    assert verdict["load"] == {"missing": [], "unexpected": []}
+    assert verdict["roundtrip"]["status"] == "PASS" and verdict["roundtrip"]["max_diff"] == 0.0
+    assert 0.0 < verdict["max_diff"] < 0.05
+    saved = json.loads(ctx.artifacts["numerics.json"])
+    assert [r["dtype"] for r in saved] == ["bfloat16", "float32"]
+    assert f"  {verdict['status']:<5}  qwen3_moe             KL=" in ctx.artifacts["numerics.txt"]
+    names = {(m["name"], m["labels"]["dtype"]) for m in ctx.measurements}
+    assert ("numerics_kl", "bfloat16") in names and ("numerics_max_diff", "float32") in names
+    assert all(m["provenance"]["versions"]["torch"] for m in ctx.measurements)
+
+
+@pytest.mark.slow
+def test_olmoe_passes() -> None:
+    # Softmax router without normalisation (norm_topk_prob False) maps 1:1 to Titan's router.
+    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+                      {"model_type": "olmoe", "config_kwargs": SYNTHETIC["olmoe"], "dtypes": ["bfloat16"],
+                       "device": "cpu"})
+    (r,) = out["results"]
+    assert r["status"] == "PASS", r
+    assert r["roundtrip"]["status"] == "PASS"
+
+
+@pytest.mark.slow
+def test_gemma4_fails_and_the_fp32_diagnostic_flags_a_semantic_gap() -> None:
+    # Gemma4's router has an input RMSNorm, a learned scale and per_expert_scale, and its
+    # experts use GeGLU; Titan's router/experts have none of these (skill's table: FAIL,
+    # KL 4.19e-03, cos 0.946). Observed here: KL ~4e-3, cos ~0.949 in bf16 AND fp32, which
+    # the phase flags; the adapter leaves router.scale / router.per_expert_scale unused.
+    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+                      {"model_type": "gemma4_text", "config_kwargs": SYNTHETIC["gemma4_text"],
+                       "dtypes": ["bfloat16", "float32"], "device": "cpu"})
+    bf16, fp32 = out["results"]
+    assert bf16["moe_kind"] == "layer"
+    assert bf16["status"] == "FAIL" and bf16["kl"] >= 1e-3, bf16
+    assert bf16["cos_sim"] < 0.99 and fp32["cos_sim"] < 0.99, (bf16["cos_sim"], fp32["cos_sim"])
+    assert set(bf16["load"]["unexpected"]) == {"router.per_expert_scale", "router.scale"}
+    decided = phase.decide([CompareResult.model_validate(r) for r in out["results"]])
+    assert decided.route == "gap" and decided.data["diagnostic_flags"], decided.summary
+
+
+@pytest.mark.slow
+def test_deepseek_v3_fails_in_bf16_and_the_adapter_drops_the_score_bias() -> None:
+    # Observed on CPU: bf16 FAIL (KL ~0.27, cos ~0.974, max_diff ~17.8) while the fp32
+    # diagnostic is WARN (KL ~1.1e-04, max_diff ~7.9e-02): dtype, not a semantic bug. Kernel
+    # alignment shows Titan's experts+combine are exact on HF's routing once patched, so
+    # the bf16 gap is routing: on CPU Titan's gate autocast(fp32) is inactive, the sigmoid
+    # + group-limited top-k then picks other experts for some tokens (x2.5 scaling).
+    # The adapter maps gate.e_score_correction_bias to "expert_bias", a key Titan's MoE does
+    # not have (its buffer is expert_bias_E, absent with load_balance_coeff=None).
+    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+                      {"model_type": "deepseek_v3", "config_kwargs": SYNTHETIC["deepseek_v3"],
+                       "dtypes": ["bfloat16", "float32"], "device": "cpu"})
+    bf16, fp32 = out["results"]
+    assert bf16["status"] == "FAIL" and fp32["status"] == "WARN", (bf16, fp32)
+    assert bf16["load"]["unexpected"] == ["expert_bias"]
+    assert bf16["roundtrip"]["status"] == "PASS"
+    decided = phase.decide([CompareResult.model_validate(r) for r in out["results"]])
+    assert (decided.outcome, decided.route) == ("passed", "gap")
+
+
+@pytest.mark.slow
+def test_gpt_oss_synthetic_rule_sdpa_is_an_error_routed_to_the_agent() -> None:
+    # The skill's synthetic rule says attn_implementation="sdpa"; transformers 5.24 refuses
+    # sdpa for GptOss (attention sinks), so the HF model cannot be built: ERROR, not a pass.
+    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+                      {"model_type": "gpt_oss", "config_kwargs": SYNTHETIC["gpt_oss"], "dtypes": ["bfloat16"],
+                       "device": "cpu"})
+    (r,) = out["results"]
+    assert r["status"] == "ERROR" and "scaled_dot_product_attention" in r["error"], r
+    decided = phase.decide([CompareResult.model_validate(r)])
+    assert decided.outcome == "needs_agent" and decided.issues
+
+
+@pytest.mark.slow
+def test_gpt_oss_with_eager_attention_hits_the_transposed_expert_layout() -> None:
+    # GptOss stores experts as (E, H, 2I) with the hidden dim first; the target's probe reads
+    # gate_up_proj.shape[1] // 2 as I, builds Titan experts for I=1440 with the wrong width,
+    # and load_state_dict reports the size mismatch: the skill's "experts transposed" row.
+    kwargs = {**SYNTHETIC["gpt_oss"], "attn_implementation": "eager"}
+    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+                      {"model_type": "gpt_oss", "config_kwargs": kwargs, "dtypes": ["bfloat16"], "device": "cpu"})
+    (r,) = out["results"]
+    assert r["status"] == "ERROR" and "size mismatch" in r["error"], r
+    assert r["roundtrip"]["status"] == "PASS"
+    decided = phase.decide([CompareResult.model_validate(r)])
+    assert decided.issues[0].code == "adapter_shape_mismatch"
+    assert decided.issues[0].fix_location == "state_dict_adapter.py"

@@ -1,0 +1,212 @@
+"""add_moe_model Phase 1: the compatibility probe's verdicts on real models, as observed.
+
+Verdicts observed with torchtitan 0.3.0 + transformers 5.24 (meta device, real dims):
+qwen3_moe / mixtral / olmoe clean; deepseek_v3 and glm4_moe: the adapter misnames the
+sigmoid router's correction bias (``expert_bias`` vs Titan's ``expert_bias_E``), which the
+round trip cannot see and the strict load does; deepseek_v2 (DeepSeek-V2-Lite, full-rank Q):
+hf_sharding trips over HF's ``q_a_proj = None`` children; gpt_oss and gemma4_text need core
+changes (expert biases / clamped SwiGLU / GELU experts / router scales).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phases.add_moe_model.compat import CompatReport
+from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_text
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text", "llama4_text", "granitemoe"]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def reports() -> dict[str, CompatReport]:
+    """One in-process import of the installed torchtitan, one probe per model."""
+    from phases.add_moe_model.model_source import resolve_model_source
+    from phases.add_moe_model.work.probe import probe
+
+    out = {}
+    for name in MODELS:
+        answer = probe({"source": resolve_model_source(name).model_dump(mode="json")})
+        assert answer["error"] is None, answer
+        out[name] = CompatReport.model_validate(answer["report"])
+    return out
+
+
+def codes(report: CompatReport) -> set[str]:
+    return {i.code for i in report.issues}
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "olmoe"])
+def test_clean_models_pass(reports: dict[str, CompatReport], name: str) -> None:
+    report = reports[name]
+    assert report.issues == [], report.issues
+    assert (report.state_dict_roundtrip, report.strict_load) == ("PASS", "PASS")
+    assert report.roundtrip_detail.max_abs_diff == 0.0
+    assert map_report(report).outcome == "passed"
+
+
+def test_qwen3_fields_are_the_real_ones(reports: dict[str, CompatReport]) -> None:
+    r = reports["qwen3_moe"]
+    assert (r.hidden_size, r.moe_intermediate_size, r.num_experts, r.top_k, r.num_hidden_layers) == (2048, 768, 128, 8, 48)
+    assert (r.score_func, r.route_norm, r.shared_experts, r.attention) == ("softmax", True, "none", "gqa")
+    assert (r.moe_layers, r.dense_layers, r.min_layers_needed, r.built_layers) == (list(range(48)), [], 1, 1)
+    assert reports["olmoe"].route_norm is False
+
+
+@pytest.mark.parametrize(("name", "first_moe"), [("deepseek_v3", 3), ("glm4_moe", 1)])
+def test_sigmoid_router_bias_key_is_misnamed(reports: dict[str, CompatReport], name: str, first_moe: int) -> None:
+    r = reports[name]
+    # The round trip maps expert_bias back to e_score_correction_bias, so it passes...
+    assert r.state_dict_roundtrip == "PASS"
+    # ...but Titan's MoE stores the buffer as expert_bias_E, so the converted key does not load.
+    assert r.strict_load == "FAIL"
+    assert (r.strict_load_detail.missing, r.strict_load_detail.unexpected) == (["expert_bias_E"], ["expert_bias"])
+    (issue,) = [i for i in r.issues if i.code == "router_bias_key_misnamed"]
+    assert issue.severity == "fixable" and issue.fix_location.endswith("state_dict_adapter.py (_build_hf_to_titan_patterns and _build_titan_to_hf_patterns: use the GroupedExperts-style discovered buffer name)")
+    assert codes(r) == {"router_bias_key_misnamed"}
+    assert (r.score_func, r.shared_experts, r.min_layers_needed, r.dense_layers) == ("sigmoid", "additive", first_moe + 1, list(range(first_moe)))
+    result = map_report(r)
+    assert result.outcome == "needs_agent" and [i.code for i in result.issues] == ["router_bias_key_misnamed"]
+
+
+def test_deepseek_v3_probe_details(reports: dict[str, CompatReport]) -> None:
+    r = reports["deepseek_v3"]
+    assert (r.attention, r.num_experts, r.top_k, r.moe_mechanism, r.built_layers, len(r.moe_layers)) == ("mla", 256, 8, "first_k_dense_replace", 4, 58)
+    assert r.target_probe["route_scale"] == 2.5 and r.target_probe["num_expert_groups"] == 8
+
+
+def test_deepseek_v2_lite_full_rank_q_breaks_hf_sharding(reports: dict[str, CompatReport]) -> None:
+    r = reports["deepseek_v2"]
+    (issue,) = r.issues
+    assert issue.code == "attention_projection_unhandled" and "q_a_proj" in issue.message and "q_b_proj" in issue.message
+    assert (r.attention, r.strict_load, r.state_dict_roundtrip) == ("mla", "PASS", "PASS")
+
+
+def test_gpt_oss_needs_core_changes(reports: dict[str, CompatReport]) -> None:
+    r = reports["gpt_oss"]
+    assert {"experts_transposed", "gate_up_interleaved", "router_bias_dropped", "state_missing_from_sharding_config"} <= codes(r)
+    core = {i.code for i in r.issues if i.severity == "core"}
+    assert core == {"expert_bias_unsupported", "expert_activation_unsupported"}
+    assert r.strict_load == "FAIL" and r.strict_load_detail.shape_mismatch
+    result = map_report(r)
+    assert result.outcome == "needs_human"
+    (question,) = result.questions
+    assert (question.key, question.choices, question.human_only) == (BLOCKER_KEY, ("stop", "continue_anyway"), True)
+    assert map_report(r, answer="stop").outcome == "failed"
+    assert map_report(r, answer="continue_anyway").outcome == "needs_agent"
+
+
+def test_gemma4_layer_level_moe(reports: dict[str, CompatReport]) -> None:
+    r = reports["gemma4_text"]
+    assert (r.moe_attr, r.shared_experts, r.moe_mechanism) == ("<layer>", "layer-level", "enable_moe_block")
+    assert {"router_scale_ignored", "expert_activation_unsupported", "state_dict_keys_unmapped"} <= codes(r)
+    assert "router.gate.weight" in r.strict_load_detail.missing
+    assert map_report(r).outcome == "needs_human"
+
+
+def test_hf_source_cross_checks_catch_what_the_target_probe_misses(reports: dict[str, CompatReport]) -> None:
+    llama = reports["llama4_text"]
+    assert llama.score_func == "softmax"  # the target's probe...
+    assert {"score_func_mismatch", "moe_attr_not_mlp", "experts_transposed"} <= codes(llama)  # ...vs Llama4Router's sigmoid
+    assert "moe_attr_not_mlp" in codes(reports["granitemoe"])
+
+
+def test_text_report_renders_every_field(reports: dict[str, CompatReport]) -> None:
+    text = render_compat_text(reports["deepseek_v3"])
+    assert text.startswith("Compatibility report for deepseek-ai/DeepSeek-V3\n") and text.endswith("\n") and not text.endswith("\n\n")
+    for line in ("score_func:           sigmoid", "attention:            mla", "min_layers_needed:    4", "strict_load:          FAIL", "[fixable] router_bias_key_misnamed"):
+        assert line in text
+    assert "issues:               none" in render_compat_text(reports["qwen3_moe"])
+
+
+def test_worker_subprocess_probes_the_targets_own_copy(tmp_path: Path) -> None:
+    """Copy torchtitan into a git repo, fix one adapter bug and break another, probe there."""
+    import git
+    import torchtitan
+
+    target = tmp_path / "target"
+    shutil.copytree(Path(torchtitan.__file__).parent, target / "torchtitan", ignore=shutil.ignore_patterns("__pycache__"))
+    repo = git.Repo.init(target)
+    repo.git.add(A=True)
+    repo.index.commit("installed torchtitan")
+    adapter = target / "torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py"
+    text = adapter.read_text()
+    fixed = text.replace(r'r"\1expert_bias", False', r'r"\1expert_bias_E", False').replace(r'r"^(.*\.)expert_bias$"', r'r"^(.*\.)expert_bias_E$"')
+    broken = fixed.replace(r'(r"^(.*\.)gate\.weight$", r"\1router.gate.weight", False)', r'(r"^(.*\.)gate\.weight$", r"\1router.gat.weight", False)')
+    assert broken.count("expert_bias_E") == 2 and "router.gat.weight" in broken
+    adapter.write_text(broken)
+    code = (
+        "import json; from phases.add_moe_model.work.probe import probe; "
+        "from phases.add_moe_model.model_source import resolve_model_source as r; "
+        "print(json.dumps([probe({'source': r(m).model_dump(mode='json')})['report'] for m in ('deepseek_v3', 'qwen3_moe')]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(target), str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=target, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    v3, qwen = (CompatReport.model_validate(r) for r in __import__("json").loads(out.stdout.splitlines()[-1]))
+    assert v3.torchtitan_path.startswith(str(target)) and qwen.torchtitan_path.startswith(str(target))
+    # The fix in the target's copy is what ran: the correction bias now loads into expert_bias_E.
+    assert "router_bias_key_misnamed" not in codes(v3)
+    assert not [k for k in v3.strict_load_detail.missing + v3.strict_load_detail.unexpected if "expert_bias" in k]
+    # The breakage in the target's copy is what ran: the router key no longer loads (both models).
+    for report in (v3, qwen):
+        assert report.strict_load == "FAIL" and codes(report) == {"state_dict_keys_unmapped"}
+        assert (report.strict_load_detail.missing, report.strict_load_detail.unexpected) == (["router.gate.weight"], ["router.gat.weight"])
+        assert report.state_dict_roundtrip == "PASS"  # the round trip is blind to a consistently wrong name
+    assert repo.is_dirty() and [d.a_path for d in repo.index.diff(None)] == [str(adapter.relative_to(target))]
+
+
+class PhaseContextStub:
+    """Just enough PhaseContext for the probe phase, with the engine's real worker runner."""
+
+    def __init__(self, target: Path, model: str) -> None:
+        self.target, self.options, self.answers, self.artifacts = target, {"model": model}, {}, {}
+
+    def progress(self, message: str) -> None:
+        pass
+
+    def call_worker(self, func: str, request: dict, *, timeout_s: float = 900, label: str = "") -> dict:
+        from orchestrator.worker import run_worker
+
+        run = run_worker(func, request, target=self.target, timeout_s=timeout_s)
+        assert run.answer is not None, run.log.decode()[-3000:]
+        return run.answer
+
+    def write_artifact(self, name: str, content: str) -> str:
+        self.artifacts[name] = content
+        return name
+
+    def render(self, template: str, **values) -> str:
+        from orchestrator.context import render_template
+
+        return render_template("phases", template, **values)
+
+
+def test_probe_phase_runs_the_worker_and_writes_both_reports() -> None:
+    import json
+
+    import torchtitan
+
+    from phases.add_moe_model import probe as probe_phase
+
+    ctx = PhaseContextStub(Path(torchtitan.__file__).parent.parent, "deepseek-ai/DeepSeek-V3")
+    result = probe_phase.run(ctx)
+    assert result.outcome == "needs_agent" and [i.code for i in result.issues] == ["router_bias_key_misnamed"]
+    assert json.loads(ctx.artifacts["compat_report.json"]) == result.data
+    assert ctx.artifacts["compat_report.txt"] == render_compat_text(CompatReport.model_validate(result.data))
+
+
+def test_probe_phase_fails_clearly_for_an_unknown_hub_id(tmp_path: Path) -> None:
+    from phases.add_moe_model import probe as probe_phase
+
+    result = probe_phase.run(PhaseContextStub(tmp_path, "someorg/SomeMoE-1B"))
+    assert result.outcome == "failed" and "not reachable offline; pass a config.json" in result.summary
+    assert probe_phase.run(PhaseContextStub(tmp_path, "./missing/config.json")).outcome == "failed"
