@@ -179,29 +179,26 @@ def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...]) -> in
 @click.argument("run_id", required=False)
 def status_cmd(settings: _Settings, run_id: str | None) -> int:
     """Show one run, or all runs."""
-    from orchestrator.render import emit_json, runs_table, status_text, status_view
+    from orchestrator.render import emit_json, status_text, status_view
+    from orchestrator.snapshot import exit_code_for
 
-    store = settings.store()
     if run_id is None:
-        states = [store.read_state(r) for r in store.list_run_ids()]
-        if settings.as_json:
-            emit_json({"runs": [status_view(s) for s in states]})
-        else:
-            print(runs_table(states))
-        return EXIT_OK
-    state = store.read_state(run_id)
+        return _print_runs(settings)
+    state = settings.store().read_state(run_id)
     if settings.as_json:
         emit_json(status_view(state))
     else:
         print(status_text(state))
-    from orchestrator.snapshot import exit_code_for
-
     return exit_code_for(state)
 
 
 @command(main, "list")
 def list_cmd(settings: _Settings) -> int:
     """List all runs (one line each)."""
+    return _print_runs(settings)
+
+
+def _print_runs(settings: _Settings) -> int:
     from orchestrator.render import emit_json, runs_table, status_view
 
     store = settings.store()
