@@ -28,6 +28,10 @@ def run(ctx: PhaseContext) -> PhaseResult:
                            issues=(Issue(code="commit_outside_scope", message=", ".join(outside),
                                          fix_location="revert the core files (git checkout BASE -- PATH)"),))
     lint = run_pre_commit(ctx, files)
+    if lint["status"] == "MISSING":
+        return PhaseResult(outcome="failed", summary=lint["reason"], data={"lint": lint},
+                           issues=(Issue(code="pre_commit_missing", message=lint["output_tail"],
+                                         fix_location="pip install pre-commit, then advance"),))
     if lint["status"] == "FAIL":
         return PhaseResult(outcome="needs_agent", summary="pre-commit failed on the changed files", data={"lint": lint},
                            issues=(Issue(code="pre_commit_failed", message=lint["output_tail"], fix_location=EXP),))
@@ -47,7 +51,7 @@ def run_pre_commit(ctx: PhaseContext, files: list[str]) -> dict[str, str]:
     if not (ctx.target / PRE_COMMIT_CONFIG).is_file():
         return {"status": "SKIPPED", "reason": f"the target has no {PRE_COMMIT_CONFIG}", "output_tail": ""}
     if shutil.which("pre-commit") is None:
-        return {"status": "FAIL", "reason": "pre-commit is not installed", "output_tail":
+        return {"status": "MISSING", "reason": "pre-commit is not installed", "output_tail":
                 "the target has a pre-commit config but `pre-commit` is not on PATH: pip install pre-commit"}
     existing = [f for f in files if (ctx.target / f).exists()]
     done = subprocess.run(["pre-commit", "run", "--files", *existing], cwd=ctx.target, capture_output=True,

@@ -40,14 +40,20 @@ def upsert_subsection(text: str, *, section: str, heading: str, body: str) -> st
     """Replace ``heading`` and its body inside ``section``, or append it at the section's end."""
     lines = text.split("\n")
     start, end = _section_bounds(lines, section)
-    block = [heading, "", *body.rstrip("\n").split("\n"), ""]
+    block = [heading, "", *body.rstrip("\n").split("\n")]
     at = next((i for i in range(start, end) if lines[i].strip() == heading), None)
     if at is None:
         insert = end
         while insert > start + 1 and lines[insert - 1].strip() == "":
             insert -= 1
-        lines[insert:insert] = ["", *block] if lines[insert - 1].strip() else block
+        new = ([""] if lines[insert - 1].strip() else []) + block
+        if insert >= len(lines) or lines[insert].strip():
+            new.append("")
+        lines[insert:insert] = new
         return "\n".join(lines)
     stop = next((i for i in range(at + 1, end) if lines[i].startswith("### ")), end)
-    lines[at:stop] = block
+    blanks = 0
+    while stop - blanks - 1 > at and lines[stop - blanks - 1].strip() == "":
+        blanks += 1
+    lines[at:stop] = block + [""] * blanks
     return "\n".join(lines)

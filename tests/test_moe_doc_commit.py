@@ -1,0 +1,114 @@
+"""Phase 5 (MODEL_COMPATIBILITY.md) and Phase 6 (commit) on real git repos, with a small context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from orchestrator.context import render_template
+from phases.add_moe_model import commit, compat_doc
+from phases.add_moe_model.workspace import EXP
+from tests.conftest import make_repo
+
+PROBE = {"model_type": "qwen3_moe", "score_func": "softmax", "top_k": 8, "num_experts": 128, "route_norm": True,
+         "hidden_size": 2048, "moe_intermediate_size": 768, "shared_experts": "none", "attention": "gqa",
+         "moe_mechanism": "decoder_sparse_step", "min_layers_needed": 1, "issues": []}
+VERDICT = {"status": "WARN", "kl": 1.15e-06, "max_diff": 3.91e-03, "cos_sim": 0.999996,
+           "roundtrip": {"status": "PASS"}}
+
+
+class Ctx:
+    """The parts of PhaseContext these two phases use, over a real repository."""
+
+    def __init__(self, target: Path, *, answers: dict[str, Any], verdict: dict[str, Any] = VERDICT) -> None:
+        self.target, self.answers = target, answers
+        self.base = {"commit": git.Repo(target).head.commit.hexsha}
+        self.options = {"model_id": "Qwen/Qwen3-30B-A3B"}
+        self.results = {"probe": PROBE, "numerics": {"verdict": verdict},
+                        "synthetic_config": {"entry": {"hidden_size": 2048, "moe_intermediate_size": 768}},
+                        "parallelism": {"torchrun": [{"name": "FSDP", "status": "SKIPPED"}],
+                                        "build_check": [{"world_size": 2, "status": "PASS"}]},
+                        "preflight": {"branch": "main"}}
+        self.artifacts: dict[str, str] = {}
+        self.records: list[tuple[str, dict]] = []
+
+    def render(self, template: str, **values: Any) -> str:
+        return render_template("phases", template, **values)
+
+    def write_artifact(self, name: str, content: str) -> str:
+        self.artifacts[name] = content
+        return name
+
+    def add_record(self, kind: str, record: dict) -> None:
+        self.records.append((kind, record))
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    path = tmp_path / "tt"
+    make_repo(path, {f"{EXP}model.py": "x = 1\n", "torchtitan/models/common/moe.py": "y = 1\n"})
+    return path
+
+
+def test_compat_doc_is_created_with_its_sections_and_rerun_is_idempotent(target):
+    ctx = Ctx(target, answers={"commit": "auto"})
+    assert compat_doc.run(ctx).outcome == "passed"
+    first = (target / compat_doc.DOC).read_text()
+    for section in ("Numerical Equivalence Summary", "Architectural Differences per Model", "Parallelism Support",
+                    "Core Changes Needed for Full Support"):
+        assert f"## {section}" in first
+    assert "| Qwen3-30B-A3B | qwen3_moe | WARN | 1.15e-06 | 3.91e-03 | 0.999996 | PASS |" in first
+    compat_doc.run(ctx)
+    assert (target / compat_doc.DOC).read_text() == first
+    ctx.results["numerics"]["verdict"] = {**VERDICT, "status": "PASS", "kl": 5.0e-07}
+    compat_doc.run(ctx)
+    again = (target / compat_doc.DOC).read_text()
+    assert again.count("| Qwen3-30B-A3B | qwen3_moe |") == 1 and "| PASS | 5.00e-07 |" in again
+    assert again.count("### Qwen3-30B-A3B (qwen3_moe)") == 1
+
+
+def test_commit_refuses_a_core_path(target):
+    (target / "torchtitan/models/common/moe.py").write_text("y = 2\n")
+    (target / EXP / "model.py").write_text("x = 2\n")
+    head = git.Repo(target).head.commit.hexsha
+    result = commit.run(Ctx(target, answers={"commit": "auto"}))
+    assert result.outcome == "failed" and result.issues[0].code == "commit_outside_scope"
+    assert "torchtitan/models/common/moe.py" in result.issues[0].message
+    assert git.Repo(target).head.commit.hexsha == head
+
+
+def test_commit_uses_the_template_and_records_the_hash(target):
+    (target / EXP / "model.py").write_text("x = 2\n")
+    ctx = Ctx(target, answers={"commit": "auto"})
+    result = commit.run(ctx)
+    assert result.outcome == "passed", result.summary
+    head = git.Repo(target).head.commit
+    assert head.message.splitlines()[0] == "Add Qwen3-30B-A3B to transformers MoE backend"
+    assert "(H=2048, I=768, E=8)" in head.message and "KL=1.15e-06, max_diff=3.91e-03" in head.message
+    assert ctx.records == [("commit", {"hash": head.hexsha, "branch": "main", "files": [f"{EXP}model.py"]})]
+
+
+def test_commit_never_leaves_the_tree_for_review(target):
+    (target / EXP / "model.py").write_text("x = 2\n")
+    head = git.Repo(target).head.commit.hexsha
+    result = commit.run(Ctx(target, answers={"commit": "never"}))
+    assert result.outcome == "passed" and result.data["committed"] is False
+    assert git.Repo(target).head.commit.hexsha == head and git.Repo(target).is_dirty()
+
+
+def test_commit_refuses_a_detached_head_and_a_missing_pre_commit(target, monkeypatch):
+    (target / EXP / "model.py").write_text("x = 2\n")
+    repo = git.Repo(target)
+    repo.git.checkout(repo.head.commit.hexsha)
+    assert commit.run(Ctx(target, answers={"commit": "auto"})).issues[0].code == "detached_head"
+    repo.git.checkout("main")
+    (target / ".pre-commit-config.yaml").write_text("repos: []\n")
+    repo.git.add(".pre-commit-config.yaml")
+    repo.index.commit("lint config")
+    monkeypatch.setattr(commit.shutil, "which", lambda name: None)
+    ctx = Ctx(target, answers={"commit": "auto"})
+    result = commit.run(ctx)
+    assert result.outcome == "failed" and result.issues[0].code == "pre_commit_missing"
