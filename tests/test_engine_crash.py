@@ -76,3 +76,12 @@ def test_engine_killed_mid_phase_is_detected_and_rerun(toy_repo, state_dir):
 def test_import_cli_does_not_import_torch():
     code = "import sys, orchestrator.cli; sys.exit(3 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_worker_timeout_is_killed_and_marked(toy_repo, tmp_path):
+    from orchestrator.worker import run_worker
+
+    request = {"n": 3, "mode": "slow", "sleep": 60, "marker": str(tmp_path / "marker")}
+    result = run_worker("tests.toyflow.worker_fns:square", request, target=toy_repo, timeout_s=3)
+    assert result.status == "timeout" and result.answer is None and result.seconds < 30
+    assert result.log.decode().rstrip().splitlines()[-1].startswith("FAILED tests.toyflow.worker_fns:square status=timeout")

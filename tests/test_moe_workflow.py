@@ -140,3 +140,15 @@ def test_dirty_target_is_refused(qwen_run, tmp_path):
         assert result.returncode == 2 and "uncommitted changes" in result.stderr
     finally:
         (target / "stray.txt").unlink()
+
+
+def test_target_whose_torchtitan_does_not_import_is_refused_with_the_error(qwen_run, tmp_path):
+    clone = git.Repo.clone_from(qwen_run["status"]["target"], tmp_path / "broken")
+    module = Path(clone.working_tree_dir) / EXP / "moe_replacement.py"
+    module.write_text("raise ImportError('needs DataParallelMeshDims from a newer torch')\n" + module.read_text())
+    clone.git.commit("-am", "simulate a torch too old for this torchtitan")
+    result = cli("start", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--target", clone.working_tree_dir,
+                 state_dir=tmp_path / "s", timeout=600)
+    assert result.returncode == 2, result.stderr
+    assert "DataParallelMeshDims" in result.stderr and "with torch 2." in result.stderr
+    assert not (tmp_path / "s" / "runs").exists() or not list((tmp_path / "s" / "runs").iterdir())
