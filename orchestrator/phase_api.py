@@ -133,4 +133,14 @@ class PhaseContext(Protocol):
         """Render a jinja2 template shipped with the workflow (StrictUndefined)."""
 
     def record(self, event_type: str, **data: Any) -> None:
-        """Append a workflow-specific event (e.g. "patch_applied") with ``data``."""
+        """Append a typed event of ``orchestrator.events`` by its type name (e.g. "patch_applied")."""
+
+    def add_record(self, kind: str, record: dict[str, Any]) -> None:
+        """Append a workflow-specific record (e.g. kind "gap_row"); the snapshot lists them by kind."""
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The live snapshot (records, open patches, artifacts); read-only by convention."""
+
+    last_worker_log: str | None
+    """Artifact name of the most recent worker log of this phase attempt."""

@@ -49,8 +49,8 @@ class FakeContext:
         self.artifacts[name] = content
         return name
 
-    def record(self, event_type: str, **data: Any) -> None:
-        self.events.append((event_type, data))
+    def add_record(self, kind: str, record: dict[str, Any]) -> None:
+        self.events.append((kind, record))
 
 
 def test_insert_then_replace_touches_only_the_entry() -> None:
