@@ -1,0 +1,45 @@
+"""A non-editable install works outside the checkout: console entry, templates, schemas."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(ROOT)], check=True, capture_output=True)
+    return site
+
+
+def run_outside(site: Path, code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+
+def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
+    help_text = run_outside(installed, "import sys; from orchestrator.cli import main; sys.argv=['orchestrator', "
+                                       "'--help']; main()", tmp_path)
+    assert help_text.returncode == 0 and "audit" in help_text.stdout, help_text.stderr
+    where = run_outside(installed, "import orchestrator, phases; print(orchestrator.__file__, phases.__file__)", tmp_path)
+    assert str(installed) in where.stdout and str(ROOT) not in where.stdout
+    rendered = run_outside(installed, (
+        "from orchestrator.context import render_template as r; "
+        "print(r('phases', 'commit_message.txt.j2', model_name='M', hidden_size=1, moe_intermediate_size=2, "
+        "experts=8, kl=1e-7, max_diff=0.5))"),
+        tmp_path)
+    assert rendered.returncode == 0 and "Add M to transformers MoE backend" in rendered.stdout, rendered.stderr
+    assert (installed / "phases" / "add_moe_model" / "registry.json").is_file()
+    assert list((installed / "phases" / "templates").glob("*.j2"))
+    assert list((installed / "orchestrator" / "templates").glob("*.j2"))
+    assert list((installed / "phases" / "local_compile_perf" / "candidates").glob("*/meta.json"))
+    assert (installed / "examples" / "moe_layer" / "harness.py").is_file()
