@@ -1,0 +1,103 @@
+"""Turn fresh-process runs into cited rows: one value = the median of 3 runs, samples kept.
+
+A confirmation (work/measure_trees.py) answers, per variant, every fresh process with its
+per-token-count results. Here each (variant, tokens) cell becomes a ``CellRow`` whose cited
+numbers are medians over the ok runs of that cell, and every one of those numbers is
+recorded as a measurement with all its per-run samples, ``cited=True`` and the median it
+claims (the audit recomputes it). A cell with fewer ok runs than asked is not cited: it is
+a failed row with the FAILED markers' tails. Engine side: no torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+GLUE_EXCLUDED = ("gemm", "attention")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Metric:
+    name: str
+    unit: str
+    label: str
+
+
+METRICS = (
+    Metric(name="wall_ms", unit="ms", label="normal launch, wall per fwd+bwd step"),
+    Metric(name="replay_ms", unit="ms", label="CUDA-graph replay of the whole fwd+bwd"),
+    Metric(name="kernel_ms", unit="ms", label="profiler kernel time per step"),
+    Metric(name="glue_ms", unit="ms", label="profiler glue time per step (not gemm, not attention)"),
+)
+
+
+def glue_ms(result: dict[str, Any]) -> float:
+    return sum(f["ms_per_step"] for f in result["kernels"]["families"] if f["family"] not in GLUE_EXCLUDED)
+
+
+def run_values(result: dict[str, Any]) -> dict[str, float | None]:
+    """The per-run value of each metric (None when the row does not apply here)."""
+    graph = result["cuda_graph"]
+    replay = statistics.median(graph["samples_ms"]) if graph.get("samples_ms") else None
+    return {"wall_ms": result["wall_ms"], "replay_ms": replay, "kernel_ms": result["kernel_ms"],
+            "glue_ms": glue_ms(result)}
+
+
+def build_cells(answer: dict[str, Any], *, runs: int) -> list[dict[str, Any]]:
+    """One row per (variant, tokens): cited medians, per-run samples, not-applicable reasons."""
+    rows = []
+    for block in answer["variants"]:
+        variant = block["variant"]
+        for tokens in variant["tokens"]:
+            rows.append(_cell(variant, tokens, block["runs"], runs=runs))
+    return rows
+
+
+def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], *, runs: int) -> dict[str, Any]:
+    ok = [o for o in outcomes if o["status"] == "ok" and str(tokens) in (o["result"] or {})]
+    results = [o["result"][str(tokens)] for o in ok]
+    row: dict[str, Any] = {
+        "variant": variant["name"], "tree": variant["tree"], "tokens": tokens, "checkout": variant["checkout"],
+        "runs_ok": len(ok), "runs_asked": runs, "foreign_pids": sorted({p for o in outcomes for p in o["foreign_pids"]}),
+        "failed": [{"index": o["index"], "returncode": o["returncode"], "log_tail": o["log_tail"][-600:]}
+                   for o in outcomes if o["status"] != "ok"],
+    }
+    if len(ok) < runs:
+        return {**row, "status": "failed", "reason": f"{runs - len(ok)} of {runs} fresh processes FAILED"}
+    per_run = [run_values(r) for r in results]
+    samples = {m.name: [v[m.name] for v in per_run] for m in METRICS}
+    cited = {name: statistics.median(vals) for name, vals in samples.items() if None not in vals}
+    first = results[0]
+    not_applicable = dict(first["not_applicable"])
+    if "replay_ms" not in cited:
+        not_applicable.setdefault("cuda_graph", first["cuda_graph"].get("reason", "no replay"))
+    return {**row, "status": "measured", "samples": {k: v for k, v in samples.items() if None not in v},
+            "cited": cited, "not_applicable": not_applicable, "kernel_count": first["kernel_count"],
+            "families": [f for f in first["kernels"]["families"]], "regions": first["regions"],
+            "peak_gib": _peak(results), "provenance": first["provenance"], "spec": first["spec"],
+            "compile_ms": [r["timing"]["compile_ms"] for r in results]}
+
+
+def _peak(results: list[dict[str, Any]]) -> float | None:
+    peaks = [r["timing"]["peak_memory"].get("bytes") for r in results]
+    return None if None in peaks else statistics.median(peaks) / 2**30
+
+
+def record_cells(ctx: Any, rows: list[dict[str, Any]], *, purpose: str) -> None:
+    """Record every cited number of ``rows`` with its samples and provenance."""
+    units = {m.name: m for m in METRICS}
+    for row in rows:
+        if row["status"] != "measured":
+            continue
+        for name, samples in row["samples"].items():
+            ctx.record_measurement(
+                name=name, unit=units[name].unit, samples=samples, provenance=row["provenance"],
+                labels={"purpose": purpose, "variant": row["variant"], "tree": row["tree"], "tokens": row["tokens"],
+                        "what": units[name].label, "cited": True, "value": row["cited"][name],
+                        "fresh_processes": len(samples), "foreign_pids": row["foreign_pids"],
+                        "launch": "cuda_graph_replay" if name == "replay_ms" else "normal"})
+
+
+def cell(rows: list[dict[str, Any]], variant: str, tokens: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["variant"] == variant and r["tokens"] == tokens), None)

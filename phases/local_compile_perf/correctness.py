@@ -1,0 +1,69 @@
+"""Step 8, correctness: the candidate's output and every grad vs the stack's eager, bf16 + fp32 + fp64.
+
+The references come from the stack tip's checkout run eager (the code before the change);
+the candidate runs in its own checkout with its regions. Two worker captures (seeded,
+same shapes) and one comparison (kit correctness): candidate vs eager at the same dtype
+within ~1 bf16 ulp (rel L2), and candidate vs an fp64 eager reference whose error may not
+exceed eager's own by more than that. Ops of the fp64 reference that ran below fp64 are
+listed (a ``.float()`` inside the model): the reference is then partly fp32, and the table
+says so. AC mode and parallelism rows are recorded as not covered by this harness.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.phase_api import PhaseResult
+from phases.local_compile_perf.candidates import current, reject
+from phases.local_compile_perf.devlog import log
+from phases.local_compile_perf.graph_budget import IN_CHECKOUT, candidate_tree_regions
+
+CAPTURE = "phases.local_compile_perf.work.candidate_checks:capture_worker"
+COMPARE = "phases.local_compile_perf.work.candidate_checks:compare_worker"
+NOT_COVERED = {"tp": "single device harness", "ep": "one EP rank's local experts only", "pp": "not in the harness",
+               "ac": "recipe AC mode is the harness's (re-timing under SAC not done)"}
+
+
+def run(ctx: Any) -> PhaseResult:
+    plan, cand = ctx.results["plan"], current(ctx)
+    prepared = cand["prepared"]
+    tokens = plan["correctness_tokens"]
+    root = Path(prepared["candidate_checkout"]).parent
+    ref_file, cand_file = root / f"{prepared['name']}-reference.pt", root / f"{prepared['name']}-candidate.pt"
+    common = {"harness": plan["harness"], "tokens": tokens, "device": plan["device"]}
+    ref = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["stack_checkout"], "func": CAPTURE, "request": {
+        **common, "tree": "eager", "dtypes": ["bf16", "fp32", "fp64"], "out": str(ref_file)}}, label="capture stack")
+    ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": CAPTURE, "request": {
+        **common, "tree": "regions:" + ",".join(candidate_tree_regions(prepared)), "dtypes": ["bf16", "fp32"],
+        "out": str(cand_file)}}, label="capture candidate")
+    result = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": COMPARE, "request": {
+        "candidate": str(cand_file), "reference": str(ref_file), "downcasts": ref["downcasts"]}}, label="compare")
+    table = summarize(result)
+    for row in table["comparisons"]:
+        log(ctx, f"correctness of {cand['label']!r}: {row['label']}: worst {row['worst']} rel L2 {row['worst_rel_l2']:.3g} "
+                 f"(tol {row['tolerance']:.3g}, {row['tensors']} tensors): {'ok' if row['ok'] else 'FAIL'}",
+            kind="measurement")
+    record = {"candidate": cand["id"], "tokens": tokens, **table, "not_covered": NOT_COVERED}
+    ctx.add_record("correctness", record)
+    failed = [r for r in table["comparisons"] if not r["ok"]]
+    if failed:
+        worst = failed[0]
+        return reject(ctx, f"{worst['label']}: {worst['worst']} rel L2 {worst['worst_rel_l2']:.3g} > tol "
+                           f"{worst['tolerance']:.3g}", numbers=record)
+    return PhaseResult(outcome="passed", summary=f"correctness: {len(table['comparisons'])} comparisons within tol",
+                       data=record)
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """Per comparison: ok, worst tensor and its rel L2; the fp64 reference's downcasts."""
+    rows = []
+    for comp in result["comparisons"]:
+        diffs = comp["diffs"]
+        # NOTE: inf/nan arrive as strings (canonical JSON has no NaN); float() reads both forms.
+        worst = max(diffs, key=lambda d: float(d["rel_l2"]) if float(d["rel_l2"]) == float(d["rel_l2"]) else float("inf"))
+        rows.append({"label": comp["label"], "tolerance": comp["tolerance"], "tensors": len(diffs),
+                     "ok": bool(diffs) and all(d["within"] for d in diffs), "worst": worst["name"],
+                     "worst_rel_l2": float(worst["rel_l2"]), "failing": [d["name"] for d in diffs if not d["within"]][:8]})
+    return {"comparisons": rows, "reference_downcasts": list(result["reference_downcasts"]),
+            "reference_pure_fp64": not result["reference_downcasts"]}

@@ -1,0 +1,70 @@
+"""Step 2, ideal times: bandwidth once per device, then measured / ideal / gap per glue op.
+
+The denominator is the copy bandwidth measured on this device (kit bandwidth; on a CPU
+host a host-memcpy number that says so). Each glue op (a region's call signature) is timed
+alone in eager at the largest token count, forward and forward+backward, and its ideal is
+its boundary bytes over that bandwidth. Best-known kernels are not benchmarked by the
+engine; the column says so. Each op's measured samples are recorded as measurements.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from orchestrator.phase_api import PhaseResult
+from phases.local_compile_perf.devlog import log
+
+BANDWIDTH = "phases.kit.bandwidth:bandwidth_worker"
+GLUE = "phases.local_compile_perf.work.glue:measure_glue_worker"
+
+
+def run(ctx: Any) -> PhaseResult:
+    plan = ctx.results["plan"]
+    bw = ctx.call_worker(BANDWIDTH, {"device": plan["device"]}, label="bandwidth")
+    ctx.record_measurement(name="bandwidth_tbs", unit="TB/s", samples=[bw["tbs"]],
+                           provenance={"command": f"{BANDWIDTH} device={plan['device']}", "device_name": plan["device_name"],
+                                       "torch": plan["torch"], "seed": 0, "target_commit": ctx.base["commit"]},
+                           labels={"kind": bw["kind"], "label": bw["label"], "nbytes": bw["nbytes"], "copies": bw["copies"],
+                                   "seconds": bw["seconds"]})
+    log(ctx, f"bandwidth {bw['tbs']:.3f} TB/s ({bw['label']}, {bw['nbytes']} B x {bw['copies']} copies)",
+        kind="measurement")
+    tokens = max(plan["tokens"])
+    if plan["kind"] == "hf":
+        rows: list[dict[str, Any]] = []
+        glue = {"ops": [], "regions_found": [], "tokens": tokens}
+    else:
+        glue = ctx.call_worker(GLUE, {"harness": plan["harness"], "tokens": tokens, "device": plan["device"],
+                                      "warmup": min(ctx.options["warmup"], 3), "iters": ctx.options["iters"]},
+                               label="glue ops")
+        rows = build_gap_rows(glue["ops"], bandwidth_tbs=bw["tbs"])
+        for op, row in zip(glue["ops"], rows):
+            ctx.record_measurement(name="glue_op_fwd_ms", unit="ms", samples=list(op["fwd_ms"]),
+                                   provenance=glue["provenance"], labels={"op": op["op"], "tokens": tokens, "per": "call"})
+            if op["fwdbwd_ms"]:
+                ctx.record_measurement(name="glue_op_fwdbwd_ms", unit="ms", samples=list(op["fwdbwd_ms"]),
+                                       provenance=glue["provenance"], labels={"op": op["op"], "tokens": tokens, "per": "call"})
+            log(ctx, f"glue op {row['op']}: measured {row['measured_ms']:.4f} ms/step, ideal {row['ideal_ms']:.4f} "
+                     f"ms/step ({row['calls_per_step']} call(s), {row['bytes']} B)", kind="measurement")
+    ctx.write_artifact("ideal_times.md", ctx.render("lcp_ideal.md.j2", bandwidth=bw, rows=rows, tokens=tokens,
+                                                    device_name=plan["device_name"]))
+    return PhaseResult(outcome="passed", summary=f"ideal times: {bw['tbs']:.2f} TB/s, {len(rows)} glue op(s) at {tokens} tokens",
+                       data={"bandwidth": bw, "tokens": tokens, "rows": rows, "regions_found": glue["regions_found"]})
+
+
+def build_gap_rows(ops: list[dict[str, Any]], *, bandwidth_tbs: float) -> list[dict[str, Any]]:
+    """One fwd+bwd row per glue op, per step (per-call medians x calls): measured, ideal, gap."""
+    from phases.kit.ideal import ideal_ms
+
+    rows = []
+    for op in ops:
+        fwd = statistics.median(op["fwd_ms"])
+        total = statistics.median(op["fwdbwd_ms"]) if op["fwdbwd_ms"] else fwd
+        calls = op["calls_per_step"]
+        nbytes = op["fwd_bytes"] + (op["bwd_bytes"] if op["fwdbwd_ms"] else 0)
+        ideal = ideal_ms(nbytes, bandwidth_tbs) * calls
+        rows.append({"op": op["op"], "region": op["region"], "calls_per_step": calls, "shapes": op["shapes"],
+                     "fwd_ms": fwd * calls, "bwd_ms": max(total - fwd, 0.0) * calls, "measured_ms": total * calls,
+                     "ideal_ms": ideal, "gap_ms": total * calls - ideal, "bytes": nbytes * calls,
+                     "eager_bytes": sum(op["eager_bytes"].values()) * calls, "best_known_ms": None})
+    return rows

@@ -1,0 +1,67 @@
+"""Step 5, pick a fix: the agent chooses and writes the rewrite; the engine waits for it.
+
+Without a pending submission the phase waits for the agent with the ranked list, the stop
+rule, the stack so far and the rejected candidates, and asks (agent may answer) whether
+the stack is complete. A submission is replayed on the stack tip here; one that does not
+apply is rejected at once. Answering ``candidates=done`` moves on to the findings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.phase_api import Issue, PhaseResult, Question
+from phases.local_compile_perf.candidates import pending_submission, verdicts
+from phases.local_compile_perf.devlog import log
+from phases.local_compile_perf.stack import CandidateRefused, prepare_candidate, stack_entries, worktree_root
+
+LADDER = ("enable an existing region", "resize a region", "rewrite the function so it lowers well (patterns.md)",
+          "add a region-scoped option", "autograd.Function with a hand-written backward")
+
+
+def run(ctx: Any) -> PhaseResult:
+    submission = pending_submission(ctx.state)
+    if submission is not None:
+        return take_submission(ctx, submission)
+    if ctx.answers.get("candidates") == "done":
+        log(ctx, f"stack complete: {len(stack_entries(ctx.state))} change(s), {len(verdicts(ctx.state))} candidate(s) "
+                 "ruled on", kind="decision")
+        return PhaseResult(outcome="passed", summary="pick a fix: stack complete", route="finish",
+                           data={"stack": stack_entries(ctx.state)})
+    return wait_for_agent(ctx)
+
+
+def wait_for_agent(ctx: Any) -> PhaseResult:
+    rank = ctx.results["rank"]
+    run_id = ctx.run_id
+    summary = (f"pick a fix: {len(rank['ranked'])} ranked op(s), stop rule {'holds' if rank['stop']['stop'] else 'open'}; "
+               f"submit with `orchestrator candidate {run_id} --branch B --label TEXT`")
+    message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms" for r in rank["ranked"][:5])
+    issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
+                  message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
+                          f"{message or 'none above the threshold'}; stop rule: {rank['stop']['reason']}")
+    question = Question(key="candidates", prompt="Is the stack complete? Answer done to write the stack and "
+                        "findings; otherwise submit another candidate branch.", choices=("done",), human_only=False)
+    data = {"ranked": rank["ranked"], "stop": rank["stop"], "stack": stack_entries(ctx.state),
+            "verdicts": verdicts(ctx.state)}
+    return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
+
+
+def take_submission(ctx: Any, submission: dict[str, Any]) -> PhaseResult:
+    candidate = dict(submission)
+    try:
+        candidate["prepared"] = prepare_candidate(ctx.target, state=ctx.state, submission=submission,
+                                                  root=worktree_root(ctx))
+    except CandidateRefused as exc:
+        from phases.local_compile_perf.candidates import reject
+
+        candidate["prepared"] = None
+        ctx.results["pick_fix"] = {"candidate": candidate}
+        return reject(ctx, str(exc))
+    p = candidate["prepared"]
+    log(ctx, f"candidate {candidate['label']!r} from {candidate['branch']} ({len(p['commits'])} commit(s), files "
+             f"{', '.join(p['files'])}) replayed on {p['tip'][:10]} as {p['wip_branch']}; regions "
+             f"{p['candidate_regions'] or 'none'} ({p['regions_source']}) on top of {p['stack_regions']}",
+        kind="decision")
+    return PhaseResult(outcome="passed", summary=f"pick a fix: trying {candidate['label']!r}",
+                       data={"candidate": candidate})

@@ -1,0 +1,58 @@
+"""Step 3, profile and diff: kernel families per tree from the baseline runs, and what they mean.
+
+The baselines' first fresh process of each cell carries its kernel table (grouped by
+family; counts per step next to times, since same-name kernels merge). The diff of the
+upstream tree against per-layer compile is the glue a region could still take; each
+family with a gap is looked up in a short symptom table taken from the skill's symptoms
+list. No new measurement: this phase reads what the baselines recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.phase_api import PhaseResult
+from phases.local_compile_perf.devlog import log
+
+SYMPTOMS = {
+    "cat/copy": "cat/copy kernels in glue: producer + cat + consumer in one region; try both cat lowerings (pattern 2)",
+    "scatter/gather": "scatter/atomics: gather-sum combine (pattern 6); index math on symbolic sizes: prefer_nd_tiling",
+    "pointwise": "many small pointwise kernels: fuse into a region; complex ops under compile -> real arithmetic (pattern 1)",
+    "reduction": "small reductions slow: unroll / keep static (pattern 4) or make them a GEMM (pattern 17)",
+    "norm": "norms apart from their consumers: one region with the next glue (norm + RoPE + cat)",
+    "sort": "sorts in routing: int16 keys (pattern 8)",
+    "other": "unclassified kernels: read their names in the table",
+}
+
+
+def family_ms(row: dict[str, Any]) -> dict[str, float]:
+    return {f["family"]: f["ms_per_step"] for f in row.get("families", [])}
+
+
+def diff_rows(base: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per family: base ms, other ms, base - other, largest first."""
+    a, b = family_ms(base), family_ms(other)
+    fams = sorted(set(a) | set(b), key=lambda f: -(a.get(f, 0.0) - b.get(f, 0.0)))
+    return [{"family": f, "base_ms": a.get(f, 0.0), "other_ms": b.get(f, 0.0),
+             "delta_ms": a.get(f, 0.0) - b.get(f, 0.0), "symptom": SYMPTOMS.get(f, "")} for f in fams]
+
+
+def run(ctx: Any) -> PhaseResult:
+    rows = [r for r in ctx.results["baselines"]["rows"] if r["status"] == "measured"]
+    tables, diffs = [], []
+    for tokens in sorted({r["tokens"] for r in rows}):
+        by_variant = {r["variant"]: r for r in rows if r["tokens"] == tokens}
+        tables += [{"variant": v, "tokens": tokens, "families": r["families"]} for v, r in by_variant.items()]
+        base = by_variant.get("upstream") or by_variant.get("eager")
+        if base is not None and "per_layer" in by_variant:
+            diffs.append({"tokens": tokens, "base": base["variant"], "other": "per_layer",
+                          "rows": diff_rows(base, by_variant["per_layer"])})
+    glue_left = [(d["tokens"], r) for d in diffs for r in d["rows"] if r["delta_ms"] > 0 and r["family"] not in ("gemm", "attention")]
+    for tokens, r in glue_left[:5]:
+        log(ctx, f"diff at {tokens} tokens: {r['family']} {r['base_ms']:.3f} ms vs {r['other_ms']:.3f} ms per-layer: "
+                 f"{r['symptom']}", kind="measurement")
+    if not diffs:
+        log(ctx, "no per-layer row to diff against at any measured token count", kind="dead_end")
+    ctx.write_artifact("profile_diff.md", ctx.render("lcp_profile.md.j2", tables=tables, diffs=diffs))
+    return PhaseResult(outcome="passed", summary=f"profile: {len(tables)} kernel tables, {len(diffs)} diff(s)",
+                       data={"diffs": diffs, "glue_left": [{"tokens": t, **r} for t, r in glue_left]})

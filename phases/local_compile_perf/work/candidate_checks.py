@@ -1,0 +1,156 @@
+"""Worker functions of the candidate phases: graph budget, in-process screen, cross-checkout parity.
+
+Each runs inside one checkout (``run_in_checkout`` puts the worker there first):
+
+    graph_budget_worker   the kit's count over every token count + a no_grad pass, with
+                          per-region counts from the regions' own functions
+    screen_worker         candidate code with the stack's regions vs with the candidate's
+                          regions added, interleaved in one process (ranking only)
+    capture_worker        seeded fwd+bwd captures (output + every grad, fp64 CPU copies)
+                          saved to a file, so two checkouts can be compared
+    compare_worker        candidate captures vs the stack's eager captures, bf16 and fp32,
+                          and both vs the stack's fp64 eager reference (kit correctness)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class BudgetRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    regions: tuple[str, ...]
+    tokens: tuple[int, ...]
+    device: str
+    seed: int = 0
+
+
+def graph_budget_worker(request: dict) -> dict:
+    """BudgetRequest -> kit GraphCount dump, per region from the region functions' cache entries."""
+    from phases.kit.graphs import build_shape_pass, count_graphs
+    from phases.kit.measure_once import resolve_dtype
+    from phases.local_compile_perf.harness import load_harness
+    from phases.local_compile_perf.work.glue import find_region_slots
+
+    req = BudgetRequest.model_validate(request)
+    harness = load_harness(req.harness)
+    harness.bind_regions(list(req.regions))
+    functions = dict(getattr(harness, "region_functions", {}) or {})
+    slots = find_region_slots()
+    functions.update({n: slots[n].fn for n in req.regions if n not in functions and n in slots})
+    run = build_shape_pass(harness, tokens=req.tokens, device=req.device, dtype=resolve_dtype("bf16"), seed=req.seed)
+    count = count_graphs(run, functions={n: f for n, f in functions.items() if n in req.regions})
+    harness.bind_regions([])
+    return count.model_dump(mode="json")
+
+
+class ScreenRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    base_regions: tuple[str, ...]
+    candidate_regions: tuple[str, ...]
+    tokens: int
+    device: str
+    rounds: int = 3
+    warmup: int = 2
+    iters: int = 5
+    seed: int = 0
+
+
+def screen_worker(request: dict) -> dict:
+    """ScreenRequest -> kit ScreenResult dump with variants "base_regions" and "with_candidate"."""
+    from phases.kit.measure_once import resolve_dtype
+    from phases.kit.screen import screen_variants
+    from phases.local_compile_perf.harness import load_harness
+
+    req = ScreenRequest.model_validate(request)
+    harness = load_harness(req.harness)
+    dtype = resolve_dtype("bf16")
+
+    def variant(regions: tuple[str, ...]) -> Any:
+        harness.bind_regions(list(regions))
+        workload = harness.build(tokens=req.tokens, device=req.device, dtype=dtype, seed=req.seed)
+
+        def step() -> None:
+            harness.bind_regions(list(regions))
+            workload.step()
+        return step
+
+    variants = {"base_regions": variant(req.base_regions), "with_candidate": variant(req.candidate_regions)}
+    result = screen_variants(variants, rounds=req.rounds, warmup=req.warmup, iters=req.iters, device=req.device)
+    harness.bind_regions([])
+    return result.model_dump(mode="json")
+
+
+class CaptureRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    tree: str
+    dtypes: tuple[str, ...]
+    """Any of bf16, fp32, fp64 (fp64 runs eager and is watched for downcasts)."""
+    tokens: int
+    device: str
+    out: str
+    """File the captures are saved to (torch.save)."""
+    seed: int = 0
+
+
+def capture_worker(request: dict) -> dict:
+    """CaptureRequest -> {"file", "tensors", "downcasts"}; one seeded fwd+bwd per dtype."""
+    import torch
+
+    from phases.kit.correctness import capture_fwd_bwd, capture_watching_dtype
+    from phases.kit.measure_once import build_tree_workload, resolve_dtype
+    from phases.local_compile_perf.harness import load_harness
+
+    req = CaptureRequest.model_validate(request)
+    harness = load_harness(req.harness)
+    saved, downcasts = {}, []
+    for name in req.dtypes:
+        tree = "eager" if name == "fp64" else req.tree
+        workload = build_tree_workload(harness, tree, tokens=req.tokens, device=req.device,
+                                       dtype=resolve_dtype(name), seed=req.seed)
+        if name == "fp64":
+            captured, downcasts = capture_watching_dtype(workload)
+        else:
+            captured = capture_fwd_bwd(workload)
+        saved[name] = captured.tensors
+    harness.bind_regions([])
+    torch.save(saved, req.out)
+    return {"file": req.out, "tensors": {k: len(v) for k, v in saved.items()}, "downcasts": list(downcasts)}
+
+
+class CompareRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    candidate: str
+    """Captures of the candidate tree (bf16, fp32)."""
+    reference: str
+    """Captures of the stack's eager tree (bf16, fp32, fp64)."""
+    downcasts: tuple[str, ...] = ()
+    """Ops of the fp64 reference capture whose results were not fp64 (from capture_worker)."""
+    tolerance: float | None = None
+    seed: int = 0
+
+
+def compare_worker(request: dict) -> dict:
+    """CompareRequest -> kit Correctness dump (4 comparisons; downcasts of the fp64 reference)."""
+    import torch
+
+    from phases.kit.correctness import BF16_ULP_REL_TOL, Captured, compare_captures, compare_vs_fp64
+    from phases.kit.records import Correctness
+
+    req = CompareRequest.model_validate(request)
+    tol = req.tolerance or BF16_ULP_REL_TOL
+    cand, ref = torch.load(req.candidate), torch.load(req.reference)
+    fp64 = Captured(tensors=ref["fp64"], dtype="float64")
+    comparisons = []
+    for name in ("bf16", "fp32"):
+        c, e = Captured(tensors=cand[name], dtype=name), Captured(tensors=ref[name], dtype=name)
+        comparisons.append(compare_captures(c, e, label=f"{name} candidate vs {name} stack eager", tolerance=tol))
+        comparisons.append(compare_vs_fp64(c, e, fp64, label=f"{name} candidate vs fp64 stack eager "
+                                                              f"(error not above {name} eager's + tol)", tolerance=tol))
+    return Correctness(comparisons=tuple(comparisons), reference_dtype="float64",
+                       reference_downcasts=req.downcasts, seed=req.seed).model_dump(mode="json")

@@ -1,0 +1,187 @@
+"""Glue ops of a harness, each measured on its own and held against its ideal time.
+
+The glue ops are the target's regions (``@local_compile`` functions), because a region is
+the unit a fix changes. One eager forward runs with every region bound to a recorder
+(through the region's own binding slot, the one ``apply_local_compile`` fills), which
+keeps a copy of the arguments of each distinct call signature and counts the calls per
+step. Each signature is then timed alone in eager, forward and forward+backward (backward
+= the difference), and its ideal bytes are the kit's boundary bytes (inputs read once,
+outputs written once; backward: output grads and saved inputs read, input grads written).
+Worker entry: ``measure_glue_worker`` (GlueRequest -> GlueResponse).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict
+
+
+class GlueRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    tokens: int
+    device: str
+    warmup: int = 3
+    iters: int = 10
+    seed: int = 0
+
+
+class GlueOp(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    op: str
+    """Region name, with "#i" when a region is called with several signatures."""
+    region: str
+    calls_per_step: int
+    shapes: tuple[str, ...]
+    fwd_ms: tuple[float, ...]
+    """Per-call forward samples (ms)."""
+    fwdbwd_ms: tuple[float, ...]
+    """Per-call forward+backward samples (ms); empty when nothing needs a grad."""
+    fwd_bytes: int
+    bwd_bytes: int
+    eager_bytes: dict[str, int]
+    """What the eager ops really move, fwd and bwd (kit ideal.record_op_bytes)."""
+
+
+class GlueResponse(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tokens: int
+    device: str
+    timer: str
+    ops: tuple[GlueOp, ...]
+    regions_found: tuple[str, ...]
+    provenance: dict[str, Any]
+
+
+def find_region_slots() -> dict[str, Any]:
+    """Region name -> its binding record (has ``fn`` and ``compiled``), found on loaded modules.
+
+    A region wrapper carries ``region_name`` and closes over the record the binder fills;
+    the record is what the wrapper calls when ``compiled`` is set.
+    """
+    slots: dict[str, Any] = {}
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            # NOTE: plain functions only; getattr on arbitrary module globals has side effects
+            # (ctypes loaders try to dlopen the attribute name).
+            if not inspect.isfunction(value):
+                continue
+            name = getattr(value, "region_name", None)
+            if not isinstance(name, str) or name in slots:
+                continue
+            for cell in getattr(value, "__closure__", None) or ():
+                contents = cell.cell_contents
+                if hasattr(contents, "fn") and hasattr(contents, "compiled"):
+                    slots[name] = contents
+    return slots
+
+
+def _detach(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    return value
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple[str, ...]:
+    import torch
+
+    return tuple(f"{tuple(v.shape)}:{str(v.dtype).removeprefix('torch.')}" for v in (*args, *kwargs.values())
+                 if isinstance(v, torch.Tensor))
+
+
+def record_region_calls(slots: dict[str, Any], forward: Callable[[], Any]) -> dict[tuple, dict[str, Any]]:
+    """Run ``forward`` with every region recording; (region, shapes) -> {args, kwargs, calls}."""
+    seen: dict[tuple, dict[str, Any]] = {}
+
+    def recorder(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            key = (name, _signature(args, kwargs))
+            entry = seen.setdefault(key, {"args": tuple(map(_detach, args)),
+                                          "kwargs": {k: _detach(v) for k, v in kwargs.items()}, "calls": 0})
+            entry["calls"] += 1
+            return fn(*args, **kwargs)
+        return call
+
+    for name, slot in slots.items():
+        slot.compiled = recorder(name, slot.fn)
+    try:
+        forward()
+    finally:
+        for slot in slots.values():
+            slot.compiled = None
+    return seen
+
+
+def _grad_step(fn: Callable[[], Any]) -> Callable[[], None] | None:
+    """A fwd+bwd closure for ``fn`` with seeded output grads, or None when nothing needs a grad."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    outs = [t for t in tree_leaves(fn()) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outs:
+        return None
+    gen = torch.Generator(device=outs[0].device).manual_seed(0)
+    grads = [torch.randn(t.shape, generator=gen, device=t.device, dtype=t.dtype) for t in outs]
+
+    def step() -> None:
+        new = [t for t in tree_leaves(fn()) if isinstance(t, torch.Tensor) and t.requires_grad]
+        torch.autograd.backward(new, grads)
+
+    return step
+
+
+def measure_glue_op(op: str, region: str, entry: dict[str, Any], fn: Callable[..., Any], *,
+                    device: str, warmup: int, iters: int) -> GlueOp:
+    """Time one recorded signature alone (eager) and compute its boundary and eager bytes."""
+    from phases.kit.ideal import boundary_bytes, record_op_bytes, sum_bytes
+    from phases.kit.timing import measure_step
+
+    bound = functools.partial(fn, **entry["kwargs"])
+    args = entry["args"]
+    fwd = measure_step(lambda: bound(*args), warmup=warmup, iters=iters, device=device)
+    step = _grad_step(lambda: bound(*args))
+    fwdbwd = measure_step(step, warmup=warmup, iters=iters, device=device).samples_ms if step else ()
+    ideal = boundary_bytes(bound, *args)
+    return GlueOp(op=op, region=region, calls_per_step=entry["calls"], shapes=_signature(args, entry["kwargs"]),
+                  fwd_ms=fwd.samples_ms, fwdbwd_ms=fwdbwd, fwd_bytes=ideal["fwd"], bwd_bytes=ideal["bwd"],
+                  eager_bytes=sum_bytes(record_op_bytes(bound, *args)))
+
+
+def measure_glue_worker(request: dict) -> dict:
+    """Worker entry: GlueRequest -> GlueResponse (see the module docstring)."""
+    from orchestrator.progress import report
+    from phases.kit.measure_once import resolve_dtype, set_fp32_precision
+    from phases.kit.provenance import collect_provenance
+    from phases.local_compile_perf.harness import load_harness
+
+    req = GlueRequest.model_validate(request)
+    harness = load_harness(req.harness)
+    set_fp32_precision(harness.spec.fp32_precision)
+    harness.bind_regions([])
+    workload = harness.build(tokens=req.tokens, device=req.device, dtype=resolve_dtype("bf16"), seed=req.seed)
+    slots = find_region_slots()
+    report(f"recording calls of {len(slots)} region(s)")
+    calls = record_region_calls(slots, workload.forward)
+    ops, per_region = [], {}
+    for (region, _shapes), entry in calls.items():
+        per_region[region] = per_region.get(region, 0) + 1
+    index: dict[str, int] = {}
+    for (region, _shapes), entry in calls.items():
+        index[region] = index.get(region, 0) + 1
+        op = region if per_region[region] == 1 else f"{region}#{index[region]}"
+        report(f"timing glue op {op}")
+        ops.append(measure_glue_op(op, region, entry, slots[region].fn, device=req.device,
+                                   warmup=req.warmup, iters=req.iters))
+    return GlueResponse(
+        tokens=req.tokens, device=req.device, timer="cuda_events" if req.device.startswith("cuda") else "host",
+        ops=tuple(ops), regions_found=tuple(sorted(slots)),
+        provenance=collect_provenance(command=f"measure_glue_worker {req.model_dump_json()}", seed=req.seed,
+                                      target=Path.cwd()),
+    ).model_dump(mode="json")

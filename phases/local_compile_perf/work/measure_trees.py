@@ -1,0 +1,161 @@
+"""One tree at several token counts in one fresh process, and the 3-process confirmation.
+
+``python -m phases.local_compile_perf.work.measure_trees --request FILE`` measures one tree
+(eager, upstream, per_layer or regions:a,b) at each token count with the kit's
+``measure_tree`` and prints one ``RESULT {json}`` line. Dynamo is reset between token
+counts, so each count compiles its own graph as a fresh process would (the Inductor cache
+stays warm, which keeps cold compiles out of the later counts).
+
+``confirm_variants_worker`` runs that script ``runs`` times per variant, each run a fresh
+process started in the variant's checkout, interleaving variants and rotating their order
+every round (kit confirm.run_once: RESULT parsed from the run's own output, FAILED marker
+otherwise, nvidia-smi polled for foreign processes). Only stdlib and pydantic are imported
+by the worker; the children import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+RESULT_PREFIX = "RESULT "
+
+
+class TreeRequest(BaseModel):
+    """One tree at several token counts (the script's input)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    tree: str
+    tokens: tuple[int, ...]
+    device: str
+    warmup: int = 5
+    iters: int = 20
+    profile_steps: int = 5
+    seed: int = 0
+
+
+class Variant(BaseModel):
+    """A named tree in a checkout, measured at ``tokens``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    """E.g. "eager", "stack", "candidate"."""
+    checkout: str
+    tree: str
+    tokens: tuple[int, ...]
+
+
+class ConfirmRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: str
+    device: str
+    variants: tuple[Variant, ...]
+    runs: int = 3
+    warmup: int = 5
+    iters: int = 20
+    profile_steps: int = 5
+    seed: int = 0
+    timeout_s: float = 1200.0
+
+
+class VariantRuns(BaseModel):
+    """Every fresh-process run of one variant (ok or FAILED), in run order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    variant: Variant
+    command: tuple[str, ...]
+    runs: tuple[dict[str, Any], ...]
+    """kit RunOutcome dumps; an ok run's ``result`` maps str(tokens) -> MeasureResult."""
+
+
+class ConfirmResponse(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    variants: tuple[VariantRuns, ...]
+    orders: tuple[tuple[str, ...], ...]
+    gpu_poll: str
+    """"nvidia-smi" or why polling was not possible."""
+
+
+def measure_tokens(req: TreeRequest) -> dict[str, Any]:
+    """Measure ``req.tree`` at every token count; {str(tokens): MeasureResult dump}."""
+    import torch._dynamo
+
+    from orchestrator.progress import report
+    from phases.kit.measure_once import MeasureRequest, measure_tree
+
+    results = {}
+    for tokens in req.tokens:
+        torch._dynamo.reset()
+        report(f"measuring {req.tree} at {tokens} tokens")
+        result = measure_tree(MeasureRequest(
+            harness=req.harness, tree=req.tree, tokens=tokens, device=req.device, warmup=req.warmup,
+            iters=req.iters, profile_steps=req.profile_steps, seed=req.seed, cuda_graph=True,
+            target=os.getcwd(), command=" ".join([sys.executable, "-m", __name__, *sys.argv[1:]])))
+        results[str(tokens)] = result.model_dump(mode="json")
+    return results
+
+
+def build_command(request_path: Path) -> list[str]:
+    return [sys.executable, "-m", "phases.local_compile_perf.work.measure_trees", "--request", str(request_path)]
+
+
+def confirm_variants_worker(request: dict) -> dict:
+    """Worker entry: ``ConfirmRequest`` -> ``ConfirmResponse`` (see the module docstring)."""
+    from orchestrator.progress import report
+    from phases.kit.confirm import probe_gpu_pids, run_once
+    from phases.kit.screen import rotated_orders
+
+    req = ConfirmRequest.model_validate(request)
+    poll = probe_gpu_pids() is not None
+    by_name = {v.name: v for v in req.variants}
+    orders = rotated_orders(list(by_name), req.runs)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in by_name}
+    commands: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="lcp-confirm-") as tmp:
+        for name, variant in by_name.items():
+            path = Path(tmp, f"{name}.json")
+            path.write_text(TreeRequest(harness=req.harness, tree=variant.tree, tokens=variant.tokens,
+                                        device=req.device, warmup=req.warmup, iters=req.iters,
+                                        profile_steps=req.profile_steps, seed=req.seed).model_dump_json())
+            commands[name] = build_command(path)
+        for index, order in enumerate(orders):
+            for name in order:
+                report(f"fresh process {index + 1}/{req.runs} of {name}")
+                runs[name].append(_run_in(by_name[name].checkout, commands[name], index=index, poll=poll,
+                                          timeout_s=req.timeout_s, run_once=run_once))
+    return ConfirmResponse(
+        variants=tuple(VariantRuns(variant=by_name[n], command=tuple(commands[n]), runs=tuple(runs[n])) for n in by_name),
+        orders=orders, gpu_poll="nvidia-smi" if poll else "not applicable: nvidia-smi not available (no GPU)",
+    ).model_dump(mode="json")
+
+
+def _run_in(checkout: str, command: list[str], *, index: int, poll: bool, timeout_s: float, run_once: Any) -> dict:
+    """One fresh process with cwd and PYTHONPATH on ``checkout`` (never the main checkout by accident)."""
+    here = os.getcwd()
+    project = str(Path(__file__).resolve().parents[3])
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [checkout, project, os.environ.get("PYTHONPATH")]))}
+    os.chdir(checkout)
+    try:
+        return run_once(command, index=index, env=env, poll_gpu=poll, timeout_s=timeout_s).model_dump(mode="json")
+    finally:
+        os.chdir(here)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m phases.local_compile_perf.work.measure_trees")
+    parser.add_argument("--request", required=True, help="JSON file holding a TreeRequest")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    req = TreeRequest.model_validate_json(Path(args.request).read_text())
+    print(RESULT_PREFIX + json.dumps(measure_tokens(req), sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The whole local-compile-perf workflow on the embedded target at small dims, on CPU, via the CLI.
+
+One run: plan -> baselines (3 token counts, per-layer compile at one of them: its cold
+compile is minutes on a CPU) -> ideal times -> profile -> rank -> waits for the agent;
+then, as the agent would, a wrong rewrite (RoPE rotating the wrong way) is submitted and
+rejected with its numbers (the rope region has two call sites of different layout, so it
+compiles 8 graphs over 3 token counts + no_grad: over the 6-of-8 target), the shipped
+narrow-scores rewrite is submitted and validated into stack/1 (graphs, screen, 3 fresh
+processes, parity vs eager and fp64), the stack is declared complete, a human answers the
+PR question, and the audit of the trail is clean. Real subprocesses, git and Inductor.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from phases.local_compile_perf.pr_lint import lint_pr_text
+from tests.conftest import cli
+
+TOKENS = "8,16,32"
+WRONG_ROPE = "rotated = pairs * freqs_cis.conj().unsqueeze(1)"
+
+
+def _json(result: subprocess.CompletedProcess) -> dict:
+    assert result.stdout, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def _commit_wrong_rope(target: Path) -> None:
+    """What an agent might write: a RoPE rewrite that rotates by the conjugate (wrong math)."""
+    import git
+
+    repo = git.Repo(target)
+    repo.git.checkout("-b", "candidate/wrong-rope", "main")
+    rope = target / "examples/moe_layer/rope.py"
+    text = rope.read_text()
+    assert "rotated = pairs * freqs_cis.unsqueeze(1)" in text
+    rope.write_text(text.replace("rotated = pairs * freqs_cis.unsqueeze(1)", WRONG_ROPE))
+    repo.index.add(["examples/moe_layer/rope.py"])
+    bot = git.Actor("agent", "agent@localhost")
+    repo.index.commit("rope: rotate with the conjugate", author=bot, committer=bot)
+    repo.git.checkout("main")
+
+
+@pytest.mark.slow
+def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
+    state = tmp_path / "state"
+    started = cli("start", "local-compile-perf", "--target", "embedded", "--tokens", TOKENS, "--per-layer-tokens", "16",
+                  "--warmup", "1", "--iters", "3", "--profile-steps", "1", "--budget", "30m", "--json", state_dir=state)
+    assert started.returncode == 0, started.stderr
+    run_id = _json(started)["run_id"]
+
+    advanced = cli("advance", run_id, "--json", state_dir=state, timeout=3000)
+    status = _json(advanced)
+    assert advanced.returncode == 4, (status["summary"], advanced.stderr[-3000:])
+    assert status["phase"] == "pick_fix" and status["awaiting"] == "agent"
+    target = Path(status["target"])
+
+    _commit_wrong_rope(target)
+    wrong = cli("candidate", run_id, "--branch", "candidate/wrong-rope", "--label", "conjugate RoPE", "--json",
+                state_dir=state, timeout=1500)
+    assert wrong.returncode == 4, wrong.stderr[-3000:]
+    narrow = cli("candidate", run_id, "--branch", "candidate/narrow-scores", "--label", "narrow scores", "--json",
+                 state_dir=state, timeout=1500)
+    assert narrow.returncode == 4, narrow.stderr[-3000:]
+
+    done = cli("resume", run_id, "--answer", "candidates=done", "--json", state_dir=state)
+    assert done.returncode == 3 and _json(done)["pending"][0]["key"] == "open_prs", done.stderr[-2000:]
+    finished = cli("resume", run_id, "--answer", "open_prs=no", "--json", state_dir=state)
+    assert finished.returncode == 0 and _json(finished)["status"] == "done", finished.stderr[-2000:]
+    audit = cli("audit", run_id, state_dir=state)
+    assert audit.returncode == 0, audit.stdout
+
+    run_dir = state / "runs" / run_id
+    snapshot = json.loads((run_dir / "run.json").read_text())
+    verdicts = {v["label"]: v for v in snapshot["records"]["candidate_verdict"]}
+    rejected = verdicts["conjugate RoPE"]
+    assert rejected["verdict"] == "rejected" and rejected["numbers"]["per_region"]["rope"] > rejected["numbers"]["target"]
+    assert verdicts["narrow scores"]["verdict"] == "validated", verdicts["narrow scores"]
+    entry = snapshot["records"]["stack_entry"][0]
+    assert entry["branch"] == "stack/1-narrow-scores" and entry["regions"] == ["swiglu"]
+    assert all(c["ok"] for c in entry["correctness"]) and entry["graphs"]["per_region"]["swiglu"] <= 6
+    merge_base = subprocess.run(["git", "-C", str(target), "merge-base", "--is-ancestor", snapshot["base"]["commit"],
+                                 entry["branch"]])
+    assert merge_base.returncode == 0
+    settings = subprocess.run(["git", "-C", str(target), "show", f"{entry['branch']}:examples/moe_layer/trainer_settings.py"],
+                              capture_output=True, text=True).stdout
+    assert '"router", "swiglu"' in settings
+
+    artifacts = run_dir / "artifacts"
+    findings = (artifacts / "FINDINGS.md").read_text()
+    assert "Rejected:" in findings and "conjugate RoPE" in findings and "Skill feedback:" in findings
+    pr_texts = sorted((artifacts / "pr").glob("*.md"))
+    assert len(pr_texts) == 1 and lint_pr_text(pr_texts[0].read_text()) == []
+    devlog = (artifacts / "devlog.md").read_text()
+    assert devlog.count("\n- ") >= 20 and "dead end" in devlog
+    baselines = (artifacts / "baselines.md").read_text()
+    assert "per-layer compile measured at [16] only" in baselines and "no CUDA device" in baselines

@@ -1,0 +1,150 @@
+"""Fast checks of local-compile-perf's pure parts: options, PR lint, audit rules, rulings, templates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from phases.local_compile_perf import rules
+from phases.local_compile_perf.pr_lint import lint_pr_text
+from tests.conftest import cli, make_repo
+
+GOOD_PR = """**TLDR:** real RoPE: one kernel instead of seven; 4096 tokens 10.000 -> 9.000 ms per step (-10.0%).
+
+**Problem**
+1. Today the recipe compiles only router.
+2. RoPE multiplies complex numbers in eager.
+3. Inductor cannot fuse complex ops.
+4. Cost at 4096 tokens: 10.000 ms per step.
+
+**Solution**
+1. Rotate pairs with cos and sin.
+2. Files: rope.py.
+3. Regions enabled in trainer_settings.py: rope.
+4. Unchanged: the math, other regions.
+
+**Results**
+```text
+4096 tokens: 10.000 -> 9.000 ms (-10.0%)
+```
+
+**Test plan**
+- `pytest tests/test_lcp_workflow_e2e.py`
+"""
+
+
+def test_pr_lint_accepts_the_template_shape_and_names_each_broken_rule():
+    assert lint_pr_text(GOOD_PR) == []
+    bad = GOOD_PR.replace("4. Cost at 4096 tokens: 10.000 ms per step.\n", "") + "\nsee #123 and https://github.com/x/y\n"
+    bad += "| a | b |\n|---|---|\n"
+    problems = lint_pr_text(bad)
+    assert any("3 numbered steps" in p for p in problems)
+    assert any("#N reference" in p for p in problems) and any("GitHub URL" in p for p in problems)
+    assert any("markdown table" in p for p in problems)
+    prose = GOOD_PR.replace("**Test plan**", "This line is prose.\nSo is this one.\nAnd a third one.\n\n**Test plan**")
+    assert any("prose paragraph" in p for p in lint_pr_text(prose))
+    assert any("missing section **Results**" in p for p in lint_pr_text(GOOD_PR.replace("**Results**", "Results")))
+
+
+def _event(seq, type_, data, actor="engine"):
+    return {"seq": seq, "type": type_, "data": data, "actor": actor}
+
+
+def _cited(seq, samples, value, name="wall_ms", device="NVIDIA H200", purpose="baseline"):
+    labels = {"cited": True, "value": value, "fresh_processes": len(samples), "purpose": purpose,
+              "variant": "eager", "tokens": 4096}
+    return _event(seq, "measurement_recorded", {"name": name, "samples": samples, "labels": labels,
+                                                "provenance": {"device_name": device}})
+
+
+def test_cited_median_rule_needs_three_samples_and_their_median():
+    good = _cited(1, [3.0, 1.0, 2.0], 2.0)
+    assert rules.check_cited_medians([good], {}) == []
+    assert rules.check_cited_medians([_cited(2, [1.0, 2.0], 1.5)], {})[0][0] == 2
+    wrong = rules.check_cited_medians([_cited(3, [1.0, 2.0, 9.0], 4.0)], {})
+    assert wrong and "not the median" in wrong[0][1]
+
+
+def test_launch_mode_rule_wants_replay_rows_on_a_gpu_only():
+    wall_gpu = _cited(1, [1.0, 1.0, 1.0], 1.0)
+    assert rules.check_both_launch_modes([wall_gpu], {})
+    assert rules.check_both_launch_modes([wall_gpu, _cited(2, [1.0, 1.0, 1.0], 1.0, name="replay_ms")], {}) == []
+    assert rules.check_both_launch_modes([_cited(3, [1.0, 1.0, 1.0], 1.0, device="cpu: x")], {}) == []
+
+
+def test_stack_and_scope_rules():
+    entry = {"branch": "stack/1-a", "commit": "c1", "parent": "base", "linear": True, "shared_default_edits": []}
+    second = {**entry, "branch": "stack/2-b", "commit": "c2", "parent": "c1"}
+    events = [_event(i, "record_added", {"kind": "stack_entry", "record": r}) for i, r in enumerate([entry, second])]
+    state = {"base": {"commit": "base"}}
+    assert rules.check_stack_linear(events, state) == []
+    forked = [events[0], _event(1, "record_added", {"kind": "stack_entry", "record": {**second, "parent": "base"}})]
+    assert rules.check_stack_linear(forked, state)[0][0] == 1
+    shared = [_event(5, "record_added", {"kind": "stack_entry", "record": {**entry, "shared_default_edits": ["x"]}})]
+    assert rules.check_no_shared_default(shared, state)[0][0] == 5
+
+
+def test_traps_and_pr_answer_rules():
+    baseline = _cited(2, [1.0, 1.0, 1.0], 1.0)
+    traps = _event(1, "worker_finished", {"label": "traps", "status": "ok"})
+    assert rules.check_traps_before_baselines([traps, baseline], {}) == []
+    assert rules.check_traps_before_baselines([baseline, traps], {})[0][0] == 2
+    answer = _event(3, "answer_accepted", {"key": "open_prs", "value": "draft"}, actor="agent")
+    assert rules.check_prs_asked_a_human([answer], {})[0][0] == 3
+
+
+def test_timing_ruling_differs_on_gpu_and_host_timer():
+    from phases.local_compile_perf.screen_confirm import judge, rule_on_timing
+
+    def row(t, samples):
+        return {"tokens": t, "cited": {"wall_ms": statistics.median(samples)}, "samples": {"wall_ms": samples}}
+
+    win = judge(row(1, [10.0, 10.1, 9.9]), row(1, [9.0, 9.1, 8.9]))
+    noise = judge(row(2, [10.0, 12.0, 8.0]), row(2, [9.5, 9.6, 9.4]))
+    loss = judge(row(3, [10.0, 10.1, 9.9]), row(3, [11.0, 11.1, 10.9]))
+    assert [win["verdict"], noise["verdict"], loss["verdict"]] == ["win", "neutral", "loss"]
+    assert not rule_on_timing([win, noise, loss], cuda=True)["ok"]
+    assert rule_on_timing([win, noise, loss], cuda=False)["ok"]
+    assert not rule_on_timing([loss, loss, win], cuda=False)["ok"]
+
+
+def test_options_need_three_token_counts(tmp_path):
+    result = cli("start", "local-compile-perf", "--target", "embedded", "--tokens", "8,16", state_dir=tmp_path / "s")
+    assert result.returncode == 2, result.stderr
+    assert "at least 3 distinct" in result.stderr
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
+
+
+def test_torchtitan_030_tree_stops_at_plan_with_the_reason(tmp_path):
+    import torchtitan
+
+    package = Path(torchtitan.__file__).parent
+    tree = tmp_path / "tt"
+    shutil.copytree(package, tree / "torchtitan", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    make_repo(tree, {"README": "torchtitan 0.3.0 copy\n"})
+    state = tmp_path / "state"
+    started = cli("start", "local-compile-perf", "--target", str(tree), "--harness", "x.y:z", "--json", state_dir=state)
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_id"]
+    advanced = cli("advance", run_id, "--json", state_dir=state)
+    assert advanced.returncode == 1, advanced.stderr
+    status = json.loads(advanced.stdout)
+    assert status["phase"] == "plan" and "no local_compile API" in status["summary"]
+    assert status["issues"][0]["code"] == "no_local_compile_api"
+    assert cli("audit", run_id, state_dir=state).returncode == 0
+
+
+def test_templates_render_with_strict_undefined():
+    from orchestrator.context import render_template
+
+    text = render_template("phases", "lcp_ranked.md.j2", rank={
+        "tokens": 32, "layer_ms": 10.0, "dropped": ["rms_norm"], "stop": {"stop": False, "reason": "go"},
+        "ranked": [{"op": "rope", "measured_ms": 1.0, "ideal_ms": 0.1, "gap_ms": 0.9, "share_pct": 10.0,
+                    "score_ms": 0.09, "kept_because": ""}]})
+    assert "1. rope" in text and "Dropped (possible gain under the threshold): rms_norm" in text
+    with pytest.raises(Exception, match="has no attribute"):
+        render_template("phases", "lcp_ranked.md.j2", rank={"tokens": 1})
