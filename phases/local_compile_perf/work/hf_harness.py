@@ -125,6 +125,9 @@ class HFDecoderHarness:
         dims = shrink_config(dims) if scale == "small" else dims
         self.config = transformers.AutoConfig.for_model(model_type, **dims)
         self.config._attn_implementation = "sdpa"
+        # NOTE: the fused experts kernel, as in training; left unset, transformers falls back to
+        # a per-expert loop (thousands of small kernels) and the harness times that instead.
+        self.config._experts_implementation = "grouped_mm"
         self.layer_cls, self.rotary_cls = resolve_modeling_classes(self.config.model_type)
         self.layer_ids, kinds = self._pick_layer_ids()
         suffix = "" if scale == "real" else "-small"
