@@ -63,9 +63,9 @@ def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None
             max_phases: int | None = None) -> Outcome:
     """Run phases until the run is done or waits on an agent or a human."""
     with store.open_run(run_id) as run:
-        _refuse_terminal(run.state)
+        refuse_terminal(run.state)
         workflow = load_workflow(run.state["workflow"])
-        return _drive(run, workflow, progress=progress, max_phases=max_phases)
+        return drive_open_run(run, workflow, progress=progress, max_phases=max_phases)
 
 
 def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str = "human",
@@ -73,7 +73,7 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
            advance_after: bool = True) -> Outcome:
     """Validate every answer first (nothing written if one is bad), record them, advance."""
     with store.open_run(run_id) as run:
-        _refuse_terminal(run.state)
+        refuse_terminal(run.state)
         parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
         for key, value in parsed.items():
             run.append(ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id),
@@ -82,14 +82,14 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
         if not advance_after:
             return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
         workflow = load_workflow(run.state["workflow"])
-        return _drive(run, workflow, progress=progress, max_phases=None)
+        return drive_open_run(run, workflow, progress=progress, max_phases=None)
 
 
 def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") -> Outcome:
     if not reason.strip():
         raise UsageError("abort needs --reason TEXT: the trail must say why the run stopped")
     with store.open_run(run_id) as run:
-        _refuse_terminal(run.state)
+        refuse_terminal(run.state)
         run.append(ev.RunAborted(reason=reason), actor=actor)
         return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK)
 
@@ -144,12 +144,14 @@ def _validate_schema_answer(key: str, raw: str, schema: dict[str, Any]) -> Any:
     return value
 
 
-def _refuse_terminal(state: dict[str, Any]) -> None:
+def refuse_terminal(state: dict[str, Any]) -> None:
+    """RunFinished (exit 2) for a run that is done or aborted."""
     if state["status"] in TERMINAL:
         raise RunFinished(f"run {state['run_id']} is {state['status']}; start a new run instead")
 
 
-def _drive(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None) -> Outcome:
+def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None) -> Outcome:
+    """Run phases of a run whose lock the caller holds (``advance``, ``resume``, candidate submission)."""
     messages: list[str] = []
     done = 0
     while True:

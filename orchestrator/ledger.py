@@ -90,14 +90,14 @@ def _holder_path(target: Path) -> Path:
 def submit_patch(run_id: str, *, diff: str, label: str, store: Any, actor: str = "human",
                  tool_call_id: str | None = None) -> Any:
     """A patch from outside (CLI or agent): apply, measure, record; the run stays where it is."""
-    from orchestrator.engine import Outcome, _refuse_terminal, patch_context
+    from orchestrator.engine import Outcome, refuse_terminal, patch_context
     from orchestrator.snapshot import exit_code_for
     from orchestrator.workflow import load_workflow
 
     if not label.strip():
         raise UsageError("a patch needs --label TEXT (it names the row in the table)")
     with store.open_run(run_id) as run:
-        _refuse_terminal(run.state)
+        refuse_terminal(run.state)
         workflow = load_workflow(run.state["workflow"])
         ctx, policy = patch_context(run, workflow, actor=actor)
         try:
@@ -121,12 +121,12 @@ def measure_patch(ctx: Any, policy: Any, *, label: str, patch_id: str) -> dict[s
 
 
 def revert_patches(run_id: str, *, store: Any, actor: str = "human", tool_call_id: str | None = None) -> Any:
-    from orchestrator.engine import Outcome, _refuse_terminal, patch_context
+    from orchestrator.engine import Outcome, refuse_terminal, patch_context
     from orchestrator.snapshot import exit_code_for
     from orchestrator.workflow import load_workflow
 
     with store.open_run(run_id) as run:
-        _refuse_terminal(run.state)
+        refuse_terminal(run.state)
         ctx, _ = patch_context(run, load_workflow(run.state["workflow"]), actor=actor)
         revert_all(ctx)
         return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))

@@ -90,7 +90,7 @@ def submit_candidate(run_id: str, *, branch: str, label: str, store: Any, actor:
         raise UsageError("candidate needs --label TEXT: it names the stack branch")
     with store.open_run(run_id) as run:
         state = run.state
-        engine._refuse_terminal(state)
+        engine.refuse_terminal(state)
         _check_submittable(state, branch=branch)
         record = {"id": f"c{len(submissions(state)) + 1}-{secrets.token_hex(2)}", "branch": branch,
                   "label": label.strip(), "regions": list(regions), "actor": actor, "tool_call_id": tool_call_id,
@@ -100,7 +100,7 @@ def submit_candidate(run_id: str, *, branch: str, label: str, store: Any, actor:
         workflow = load_workflow(state["workflow"])
         # NOTE: driven under the lock taken here, so no other command can slip in between
         # the submission and the phases that rule on it.
-        return engine._drive(run, workflow, progress=progress or (lambda _m: None), max_phases=None)
+        return engine.drive_open_run(run, workflow, progress=progress or (lambda _m: None), max_phases=None)
 
 
 def _check_submittable(state: dict[str, Any], *, branch: str) -> None:
