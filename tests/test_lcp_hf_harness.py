@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,13 @@ from phases.local_compile_perf.work.traps import check_harness_traps  # noqa: E4
 
 
 def torchtitan_root() -> Path:
+    """A tree holding only the installed torchtitan package (site-packages holds much else,
+    e.g. this project's own ``examples`` once it is pip-installed, as in CI)."""
     spec = importlib.util.find_spec("torchtitan")
     assert spec is not None and spec.origin is not None
-    return Path(spec.origin).parent.parent
+    root = Path(tempfile.mkdtemp(prefix="tt-tree-"))
+    (root / "torchtitan").symlink_to(Path(spec.origin).parent, target_is_directory=True)
+    return root
 
 
 @pytest.fixture(scope="session")
