@@ -95,11 +95,10 @@ def _parse_lines(path: Path) -> tuple[list[bytes], list[dict[str, Any]], list[Fi
 
 def check_chain(events: list[dict[str, Any]], *, run_id: str, lines: list[bytes] | None = None) -> list[Finding]:
     """seq 0.. without gaps, each prev_hash = the previous hash, each hash recomputed."""
-    findings, prev = [], GENESIS_HASH
-    for index, event in enumerate(events):
-        if lines is not None and _fast_line_ok(lines[index], event, prev, index, run_id):
-            prev = event["hash"]
-            continue
+    start = verified_prefix(events, lines, run_id=run_id) if lines is not None else 0
+    findings, prev = [], events[start - 1]["hash"] if start else GENESIS_HASH
+    for index in range(start, len(events)):
+        event = events[index]
         seq = event.get("seq")
         if seq != index:
             findings.append(Finding(seq=seq, check="chain",
@@ -124,10 +123,22 @@ def check_chain(events: list[dict[str, Any]], *, run_id: str, lines: list[bytes]
     return findings
 
 
-def _fast_line_ok(line: bytes, event: dict[str, Any], prev: str, index: int, run_id: str) -> bool:
-    """True when the raw line hashes to its recorded hash and links to ``prev`` (no re-serializing)."""
-    return (event.get("seq") == index and event.get("prev_hash") == prev and event.get("run_id") == run_id
-            and line_hash(prev, line) == event.get("hash"))
+def verified_prefix(events: list[dict[str, Any]], lines: list[bytes], *, run_id: str) -> int:
+    """How many leading events are intact, judged from the raw lines (no re-serializing).
+
+    The slow, explaining checks then start at the first event this cannot vouch for.
+    """
+    prev = GENESIS_HASH
+    for index, (event, line) in enumerate(zip(events, lines)):
+        try:
+            intact = (event["seq"] == index and event["prev_hash"] == prev and event["run_id"] == run_id
+                      and line_hash(prev, line) == event["hash"])
+        except (KeyError, TypeError):
+            intact = False
+        if not intact:
+            return index
+        prev = event["hash"]
+    return len(events)
 
 
 def check_schema(events: list[dict[str, Any]]) -> list[Finding]:

@@ -17,11 +17,12 @@ import importlib
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Mapping
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.errors import UsageError, WorkflowDefinitionError
+
+if TYPE_CHECKING:  # the class is only named in annotations; importing pydantic costs ~0.1 s
+    from pydantic import BaseModel
 
 DONE = "done"
 Gate = Callable[[dict[str, Any]], list[str]]
