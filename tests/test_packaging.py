@@ -42,4 +42,19 @@ def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
     assert list((installed / "phases" / "templates").glob("*.j2"))
     assert list((installed / "orchestrator" / "templates").glob("*.j2"))
     assert list((installed / "phases" / "local_compile_perf" / "candidates").glob("*/meta.json"))
-    assert (installed / "examples" / "moe_layer" / "harness.py").is_file()
+    assert (installed / "phases" / "local_compile_perf" / "embedded" / "moe_layer" / "harness.py").is_file()
+    assert not (installed / "examples").exists(), "no top-level examples package in site-packages"
+
+
+def test_embedded_workspace_from_the_installed_package(installed, tmp_path):
+    made = run_outside(installed, (
+        "import sys; from pathlib import Path; "
+        "from phases.local_compile_perf.workspace import materialize_embedded_workspace as m; "
+        f"print(m(Path({str(tmp_path / 'state')!r})))"), tmp_path)
+    assert made.returncode == 0, made.stderr
+    workspace = Path(made.stdout.strip().splitlines()[-1])
+    assert (workspace / "examples" / "moe_layer" / "harness.py").is_file()
+    import git
+
+    branches = {h.name for h in git.Repo(workspace).heads}
+    assert {"main", "candidate/real-rope", "candidate/narrow-scores", "candidate/norm-rope-cat"} <= branches

@@ -24,8 +24,17 @@ import git
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-LIBRARY_FILES_ROOT = PROJECT_ROOT
-LIBRARY_DIR = Path("examples") / "moe_layer"
+
+
+def _embedded_root() -> Path:
+    """The ``examples`` package: the repository's ``examples/`` in a checkout, the copy installed
+    as ``phases.local_compile_perf.embedded`` from a wheel (a top-level ``examples`` package
+    would clash with other projects' in site-packages)."""
+    in_checkout = PROJECT_ROOT / "examples"
+    return in_checkout if (in_checkout / "moe_layer").is_dir() else Path(__file__).resolve().parent / "embedded"
+
+
+EMBEDDED_ROOT = _embedded_root()
 CANDIDATES_DIR = Path(__file__).resolve().parent / "candidates"
 BOT = git.Actor("orchestrator", "orchestrator@localhost")
 GITIGNORE = "__pycache__/\n*.pyc\n"
@@ -81,20 +90,25 @@ def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
     return tuple(candidates)
 
 
-def library_files(root: Path = LIBRARY_FILES_ROOT) -> tuple[Path, ...]:
-    """Relative paths of the library files that go into the workspace, sorted."""
+def library_files(root: Path = EMBEDDED_ROOT) -> tuple[Path, ...]:
+    """Workspace-relative paths (``examples/...``) of the library files, sorted."""
     package = [
-        p.relative_to(root)
-        for p in sorted((root / LIBRARY_DIR).rglob("*"))
+        Path("examples") / p.relative_to(root)
+        for p in sorted((root / "moe_layer").rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
     ]
     return (Path("examples") / "__init__.py", *package)
 
 
-def compute_content_hash(*, root: Path = LIBRARY_FILES_ROOT, candidates_root: Path = CANDIDATES_DIR) -> str:
+def library_source(rel: Path, root: Path = EMBEDDED_ROOT) -> Path:
+    """Where the workspace file ``rel`` (``examples/...``) comes from."""
+    return root / rel.relative_to("examples")
+
+
+def compute_content_hash(*, root: Path = EMBEDDED_ROOT, candidates_root: Path = CANDIDATES_DIR) -> str:
     """Return 12 hex digits of sha256 over the library files and the candidate folders."""
     digest = hashlib.sha256()
-    tracked = [(str(p), root / p) for p in library_files(root)]
+    tracked = [(str(p), library_source(p, root)) for p in library_files(root)]
     tracked += [
         (f"candidates/{p.relative_to(candidates_root)}", p)
         for p in sorted(candidates_root.rglob("*"))
@@ -131,7 +145,7 @@ def _build_workspace(path: Path, candidates: tuple[Candidate, ...]) -> None:
     for rel in library_files():
         dst = path / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(LIBRARY_FILES_ROOT / rel, dst)
+        shutil.copy2(library_source(rel), dst)
     (path / ".gitignore").write_text(GITIGNORE)
     repo = git.Repo.init(path, initial_branch="main")
     repo.git.add(A=True)
