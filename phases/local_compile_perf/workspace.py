@@ -61,18 +61,18 @@ class CandidateMeta(BaseModel):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Candidate:
-    """One candidate rewrite: its metadata and the folder holding its replacement files."""
+    """One candidate rewrite: its metadata and its change as a unified diff against main."""
 
     name: str
     meta: CandidateMeta
-    files_dir: Path
+    diff: Path
 
 
 def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
     """Return every candidate under ``root``, sorted by name.
 
     Raises:
-        WorkspaceError: listing every bad meta.json or missing replacement file at once.
+        WorkspaceError: listing every bad meta.json or change.diff at once.
     """
     candidates, problems = [], []
     for folder in sorted(p for p in root.iterdir() if (p / "meta.json").is_file()):
@@ -81,10 +81,12 @@ def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
         except ValidationError as exc:
             problems.append(f"{folder.name}/meta.json: {exc.error_count()} invalid field(s)")
             continue
-        missing = [f for f in meta.files if not (folder / "files" / f).is_file()]
-        if missing:
-            problems.append(f"{folder.name}: files/ lacks {missing}")
-        candidates.append(Candidate(name=folder.name, meta=meta, files_dir=folder / "files"))
+        diff = folder / "change.diff"
+        touched = sorted(line[6:] for line in diff.read_text().splitlines() if line.startswith("+++ b/")) \
+            if diff.is_file() else []
+        if touched != sorted(meta.files):
+            problems.append(f"{folder.name}: change.diff touches {touched}, meta.json lists {sorted(meta.files)}")
+        candidates.append(Candidate(name=folder.name, meta=meta, diff=diff))
     if problems:
         raise WorkspaceError(f"{len(problems)} bad candidate(s) in {root}: " + "; ".join(problems))
     return tuple(candidates)
@@ -158,9 +160,7 @@ def _commit_candidate(repo: git.Repo, candidate: Candidate) -> None:
     """Add ``candidate`` as one commit on top of ``main`` on its branch; back on main after."""
     repo.git.checkout("-b", candidate.meta.branch, "main")
     try:
-        root = Path(repo.working_tree_dir)
-        for rel in candidate.meta.files:
-            shutil.copy2(candidate.files_dir / rel, root / rel)
+        repo.git.apply(str(candidate.diff))
         repo.index.add(list(candidate.meta.files))
         repo.index.commit(
             f"{candidate.meta.message}\n\nCandidate: {candidate.name} (pattern {candidate.meta.pattern})",
