@@ -113,3 +113,16 @@ def test_stale_snapshot_after_crash_is_rebuilt_from_the_log(finished_run):
     run_dir = store.run_dir(run_id)
     (run_dir / "run.json").write_text("{}")
     assert store.read_state(run_id)["status"] == "done"
+
+
+def test_audit_cli_exits_1_and_names_the_seq(finished_run, invoke):
+    store, run_id = finished_run
+    lines = lines_of(store, run_id)
+    event = json.loads(lines[2])
+    event["ts"] = "2020-01-01T00:00:00+00:00"
+    lines[2] = json.dumps(event, sort_keys=True, separators=(",", ":"))
+    write_lines(store, run_id, lines)
+    result = invoke("audit", run_id, "--state-dir", str(store.state_dir), "--json")
+    assert result.exit_code == 1
+    findings = json.loads(result.output)["findings"]
+    assert findings[0]["seq"] == 2 and findings[0]["check"] == "chain"
