@@ -109,7 +109,9 @@ def test_timing_ruling_differs_on_gpu_and_host_timer():
     assert [win["verdict"], noise["verdict"], loss["verdict"]] == ["win", "neutral", "loss"]
     assert not rule_on_timing([win, noise, loss], cuda=True)["ok"]
     assert rule_on_timing([win, noise, loss], cuda=False)["ok"]
-    assert not rule_on_timing([loss, loss, win], cuda=False)["ok"]
+    host = rule_on_timing([loss, loss, win], cuda=False)
+    assert host["ok"] and host["losses"] == 2 and "does not gate" in host["reason"]
+    assert not rule_on_timing([loss, loss, win], cuda=True)["ok"]
 
 
 def test_options_need_three_token_counts(tmp_path):

@@ -7,7 +7,7 @@ checkout with its regions, ``runs`` fresh processes each, interleaved, at every 
 count. A token count is a win when the candidate's median beats the stack's by more than
 the larger spread of the two, a loss when it is slower by more than that, else neutral.
 On a CUDA device the candidate must win at most token counts; on a host timer (no CUDA)
-it must not lose at most of them, and the verdict says the timing is indicative.
+the verdicts are recorded as indicative and do not gate (see ``rule_on_timing``).
 """
 
 from __future__ import annotations
@@ -83,17 +83,22 @@ def run(ctx: Any) -> PhaseResult:
 
 
 def rule_on_timing(judged: list[dict[str, Any]], *, cuda: bool) -> dict[str, Any]:
+    """Timing gates only under CUDA events; a host timer's verdict is recorded, never a gate.
+
+    NOTE: on CPU the cells time Python dispatch and tiny Inductor kernels at toy sizes; the same
+    branch measured +14% one run and neutral the next on this 2-core machine, so letting that
+    decide would make validation a coin toss. Graph budget and correctness still gate there.
+    """
     wins = sum(j["verdict"] == "win" for j in judged)
     losses = sum(j["verdict"] == "loss" for j in judged)
     majority = len(judged) // 2 + 1
     if cuda:
         ok = wins >= majority
         reason = f"wins at {wins} of {len(judged)} token counts (needs {majority}, CUDA events)"
-    else:
-        ok = losses < majority
-        reason = (f"no confirmed loss at {len(judged) - losses} of {len(judged)} token counts, {wins} win(s) "
-                  "(host timer, indicative: no CUDA device)")
-    return {"ok": ok, "wins": wins, "losses": losses, "reason": reason if ok else "timing: " + reason.replace("wins", "only wins")}
+        return {"ok": ok, "wins": wins, "losses": losses, "reason": reason if ok else "timing: only " + reason}
+    reason = (f"host timer (no CUDA device): timing does not gate; indicative only: {wins} win(s), "
+              f"{losses} loss(es) of {len(judged)} token counts")
+    return {"ok": True, "wins": wins, "losses": losses, "reason": reason}
 
 
 def _slim(row: dict[str, Any]) -> dict[str, Any]:
