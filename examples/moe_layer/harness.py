@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from phases.local_compile_perf.harness import HarnessSpec
+from phases.local_compile_perf.harness import HarnessSpec, fwd_bwd_step
 
 from . import trainer_settings
 from .block import Block, BlockKind
@@ -45,13 +45,7 @@ class MoELayerWorkload:
         return h
 
     def step(self) -> torch.Tensor:
-        for p in self.layers.parameters():
-            p.grad = None
-        for x in self.inputs:
-            x.grad = None
-        loss = self.forward().float().square().mean()
-        loss.backward()
-        return loss.detach()
+        return fwd_bwd_step(self)
 
 
 def layer_kinds_for(num_layers: int) -> tuple[BlockKind, ...]:

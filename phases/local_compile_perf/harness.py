@@ -97,6 +97,18 @@ class Harness(Protocol):
         """Compile each layer (block) of ``workload`` with torch.compile: the per-layer baseline."""
 
 
+def fwd_bwd_step(workload: Workload) -> "torch.Tensor":
+    """The contract's training step: grads set to None, forward, ``out.float().square().mean()``,
+    backward; returns the detached loss. Every harness's ``step`` is this."""
+    for param in workload.layers.parameters():
+        param.grad = None
+    for tensor in workload.inputs:
+        tensor.grad = None
+    loss = workload.forward().float().square().mean()
+    loss.backward()
+    return loss.detach()
+
+
 def load_harness(ref: str) -> Harness:
     """Return the harness named by ``ref``; call inside a worker (imports the target).
 

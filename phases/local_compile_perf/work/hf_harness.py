@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from phases.local_compile_perf.harness import HarnessSpec
+from phases.local_compile_perf.harness import HarnessSpec, fwd_bwd_step
 
 REGISTRY_PATH = Path(__file__).resolve().parents[2] / "add_moe_model" / "registry.json"
 SMALL_DIMS: dict[str, int] = {
@@ -108,13 +108,7 @@ class HFWorkload:
         return h
 
     def step(self) -> Any:
-        for p in self.layers.parameters():
-            p.grad = None
-        for x in self.inputs:
-            x.grad = None
-        loss = self.forward().float().square().mean()
-        loss.backward()
-        return loss.detach()
+        return fwd_bwd_step(self)
 
 
 class HFDecoderHarness:
