@@ -83,3 +83,12 @@ def invoke():
         return runner.invoke(main, list(args), catch_exceptions=False)
 
     return run
+
+
+def call_worker(func: str, request: dict, *, target: Path = ROOT, timeout_s: float = 900) -> dict:
+    """Run a worker function exactly as phases do (the engine's run_worker); fail with its log."""
+    from orchestrator.worker import run_worker
+
+    result = run_worker(func, request, target=target, timeout_s=timeout_s)
+    assert result.answer is not None, result.log.decode("utf-8", "replace")[-3000:]
+    return result.answer

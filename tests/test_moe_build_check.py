@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from phases.add_moe_model.forbidden import check_added_lines_for_forbidden_calls
+from tests.conftest import call_worker
 
 REPO = Path(__file__).resolve().parents[1]
 EXP = "torchtitan/experiments/transformers_modeling_backend"
@@ -61,19 +58,6 @@ def test_parse_unsharded_reads_the_targets_error_message() -> None:
     assert parse_unsharded("something else") == []
 
 
-def _run_worker(func: str, request: dict, *, target: Path = REPO) -> dict:
-    """Run a worker fn the way ctx.call_worker does: fresh process, target first on sys.path."""
-    module, name = func.split(":")
-    code = (f"import json, sys; from {module} import {name} as fn; "
-            "print('@@answer ' + json.dumps(fn(json.loads(sys.stdin.read()))))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), text=True, cwd=target,
-                          env=env, capture_output=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("@@answer "))
-    return json.loads(line[len("@@answer "):])
-
-
 QWEN3 = dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
              num_experts=8, num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
              norm_topk_prob=True, decoder_sparse_step=1, num_hidden_layers=1, vocab_size=256,
@@ -83,7 +67,7 @@ WORKER = "phases.add_moe_model.work.build_check:build_check"
 
 @pytest.fixture(scope="session")
 def qwen3_build_check() -> dict:
-    return _run_worker(WORKER, {"model_type": "qwen3_moe", "config_kwargs": QWEN3})
+    return call_worker(WORKER, {"model_type": "qwen3_moe", "config_kwargs": QWEN3})
 
 
 @pytest.mark.slow
@@ -119,7 +103,7 @@ def test_build_check_names_a_module_the_target_forgot_to_shard(tmp_path: Path) -
     text = sharding.read_text()
     assert 'if hasattr(layer, "post_attention_layernorm"):' in text
     sharding.write_text(text.replace('if hasattr(layer, "post_attention_layernorm"):', "if False:  # agent slip", 1))
-    out = _run_worker(WORKER, {"model_type": "qwen3_moe", "config_kwargs": QWEN3, "world_sizes": [2],
+    out = call_worker(WORKER, {"model_type": "qwen3_moe", "config_kwargs": QWEN3, "world_sizes": [2],
                                "parallelize": False}, target=target)
     (row,) = out["results"]
     assert out["versions"]["torchtitan_path"].startswith(str(target))

@@ -7,17 +7,15 @@ predicts (a smaller gap), plus the kernel-alignment worker.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import git
 import pytest
 
 from phases.add_moe_model import gap_recipes
+from tests.conftest import call_worker
 
 REPO = Path(__file__).resolve().parents[1]
 ACTOR = git.Actor("test", "test@example.com")
@@ -93,19 +91,6 @@ def test_not_applicable_names_the_structure_it_looked_for(tmp_path: Path) -> Non
     assert missing.status == "not_applicable" and gap_recipes.MOE in missing.reason
 
 
-def _run_worker(func: str, request: dict, *, target: Path) -> dict:
-    """Run a worker fn the way ctx.call_worker does: fresh process, target first on sys.path."""
-    module, name = func.split(":")
-    code = (f"import json, sys; from {module} import {name} as fn; "
-            "print('@@answer ' + json.dumps(fn(json.loads(sys.stdin.read()))))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), text=True, cwd=target,
-                          env=env, capture_output=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("@@answer "))
-    return json.loads(line[len("@@answer "):])
-
-
 # qwen3_moe at production width (H=2048, I=768): cheap enough to run five times on CPU.
 QWEN3 = dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
              num_experts=8, num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
@@ -122,14 +107,14 @@ def gap_table(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     repo = _git_copy(tmp_path_factory.mktemp("tt_target"), whole_package=True)
     target = Path(repo.working_tree_dir)
     compare, align = "phases.add_moe_model.work.numerics:compare", "phases.add_moe_model.work.kernel_align:kernel_alignment"
-    rows = {"baseline": _run_worker(compare, REQUEST, target=target),
-            "align_baseline": _run_worker(align, REQUEST, target=target)}
+    rows = {"baseline": call_worker(compare, REQUEST, target=target),
+            "align_baseline": call_worker(align, REQUEST, target=target)}
     for build in RECIPES:
         patch = build(target)
         assert patch.status == "applicable", patch.reason
         _apply(repo, patch.diff)
-        rows[f"+{patch.name}"] = _run_worker(compare, REQUEST, target=target)
-    rows["align_final"] = _run_worker(align, REQUEST, target=target)
+        rows[f"+{patch.name}"] = call_worker(compare, REQUEST, target=target)
+    rows["align_final"] = call_worker(align, REQUEST, target=target)
     repo.git.checkout("--", ".")
     assert not repo.is_dirty()
     return rows

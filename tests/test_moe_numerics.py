@@ -8,7 +8,6 @@ installed torchtitan and transformers and assert the verdicts observed on this C
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from orchestrator.phase_api import PhaseResult
 from phases.add_moe_model import numerics as phase
 from phases.add_moe_model.work.numerics import CompareResult, RoundTrip, classify_kl
+from tests.conftest import call_worker
 
 REPO = Path(__file__).resolve().parents[1]
 COMMON = dict(num_hidden_layers=1, vocab_size=256, max_position_embeddings=64, attn_implementation="sdpa",
@@ -101,18 +101,6 @@ def test_table_uses_the_skill_stdout_format() -> None:
     assert "  ERROR  mixtral               boom" in failed and "Some models FAILED" in failed
 
 
-def _run_worker(func: str, request: dict) -> dict:
-    module, name = func.split(":")
-    code = (f"import json, sys; from {module} import {name} as fn; "
-            "print('@@answer ' + json.dumps(fn(json.loads(sys.stdin.read()))))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), text=True, cwd=REPO,
-                          env=env, capture_output=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("@@answer "))
-    return json.loads(line[len("@@answer "):])
-
-
 class _Ctx:
     """A PhaseContext stand-in: real worker subprocess, real template, in-memory trail."""
 
@@ -127,7 +115,7 @@ class _Ctx:
         pass
 
     def call_worker(self, func: str, request: dict, **_: Any) -> dict:
-        return _run_worker(func, request)
+        return call_worker(func, request)
 
     def write_artifact(self, name: str, content: str) -> str:
         self.artifacts[name] = content
@@ -171,7 +159,7 @@ def test_phase_on_qwen3_warns_with_artifacts_and_measurements(qwen3_phase: tuple
 @pytest.mark.slow
 def test_olmoe_passes() -> None:
     # Softmax router without normalisation (norm_topk_prob False) maps 1:1 to Titan's router.
-    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+    out = call_worker("phases.add_moe_model.work.numerics:compare_dtypes",
                       {"model_type": "olmoe", "config_kwargs": SYNTHETIC["olmoe"], "dtypes": ["bfloat16"],
                        "device": "cpu"})
     (r,) = out["results"]
@@ -185,7 +173,7 @@ def test_gemma4_fails_and_the_fp32_diagnostic_flags_a_semantic_gap() -> None:
     # experts use GeGLU; Titan's router/experts have none of these (skill's table: FAIL,
     # KL 4.19e-03, cos 0.946). Observed here: KL ~4e-3, cos ~0.949 in bf16 AND fp32, which
     # the phase flags; the adapter leaves router.scale / router.per_expert_scale unused.
-    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+    out = call_worker("phases.add_moe_model.work.numerics:compare_dtypes",
                       {"model_type": "gemma4_text", "config_kwargs": SYNTHETIC["gemma4_text"],
                        "dtypes": ["bfloat16", "float32"], "device": "cpu"})
     bf16, fp32 = out["results"]
@@ -206,7 +194,7 @@ def test_deepseek_v3_fails_in_bf16_and_the_adapter_drops_the_score_bias() -> Non
     # + group-limited top-k then picks other experts for some tokens (x2.5 scaling).
     # The adapter maps gate.e_score_correction_bias to "expert_bias", a key Titan's MoE does
     # not have (its buffer is expert_bias_E, absent with load_balance_coeff=None).
-    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+    out = call_worker("phases.add_moe_model.work.numerics:compare_dtypes",
                       {"model_type": "deepseek_v3", "config_kwargs": SYNTHETIC["deepseek_v3"],
                        "dtypes": ["bfloat16", "float32"], "device": "cpu"})
     bf16, fp32 = out["results"]
@@ -221,7 +209,7 @@ def test_deepseek_v3_fails_in_bf16_and_the_adapter_drops_the_score_bias() -> Non
 def test_gpt_oss_synthetic_rule_sdpa_is_an_error_routed_to_the_agent() -> None:
     # The skill's synthetic rule says attn_implementation="sdpa"; transformers 5.24 refuses
     # sdpa for GptOss (attention sinks), so the HF model cannot be built: ERROR, not a pass.
-    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+    out = call_worker("phases.add_moe_model.work.numerics:compare_dtypes",
                       {"model_type": "gpt_oss", "config_kwargs": SYNTHETIC["gpt_oss"], "dtypes": ["bfloat16"],
                        "device": "cpu"})
     (r,) = out["results"]
@@ -236,7 +224,7 @@ def test_gpt_oss_with_eager_attention_hits_the_transposed_expert_layout() -> Non
     # gate_up_proj.shape[1] // 2 as I, builds Titan experts for I=1440 with the wrong width,
     # and load_state_dict reports the size mismatch: the skill's "experts transposed" row.
     kwargs = {**SYNTHETIC["gpt_oss"], "attn_implementation": "eager"}
-    out = _run_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+    out = call_worker("phases.add_moe_model.work.numerics:compare_dtypes",
                       {"model_type": "gpt_oss", "config_kwargs": kwargs, "dtypes": ["bfloat16"], "device": "cpu"})
     (r,) = out["results"]
     assert r["status"] == "ERROR" and "size mismatch" in r["error"], r
