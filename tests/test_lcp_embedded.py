@@ -99,6 +99,18 @@ def test_dispatch_combine_matches_per_token_loop():
     torch.testing.assert_close(out, x * weights.sum(-1, keepdim=True))
 
 
+def test_off_cpu_only_references_may_take_the_per_expert_loop(monkeypatch):
+    """CUDA's grouped GEMM is bf16-only: fp32/fp64 captures take the loop, a bf16 model must not."""
+    from examples.moe_layer import experts
+
+    monkeypatch.setattr(experts, "probe_grouped_mm", lambda device, dtype: False)
+    cuda = torch.device("cuda")
+    assert resolve_expert_backend(cuda, torch.float32) == "per_expert_loop"
+    assert resolve_expert_backend(cuda, torch.float64) == "per_expert_loop"
+    with pytest.raises(RuntimeError, match="cannot run fwd\\+bwd on cuda in torch.bfloat16"):
+        resolve_expert_backend(cuda, torch.bfloat16)
+
+
 def test_grouped_mm_matches_per_expert_loop():
     device, dtype = torch.device("cpu"), torch.bfloat16
     assert resolve_expert_backend(device, dtype) == "grouped_mm"

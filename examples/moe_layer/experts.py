@@ -5,8 +5,8 @@ up projections ``[E, 2F, D]``; ``w2`` is ``[E, D, F]``. The routing weights scal
 wide expert output (after ``w2``, width ``D``) in eager code.
 
 ``torch._grouped_mm`` is the GEMM. Where it cannot run fwd+bwd (CPU fp32 backward in
-torch 2.13, for one), and only on CPU, a per-expert loop of plain matmuls stands in;
-``GroupedExperts.backend`` says which one ran.
+torch 2.13, for one; CUDA fp32 and fp64 references), a per-expert loop of plain matmuls
+stands in, for a bf16 model only on CPU; ``GroupedExperts.backend`` says which one ran.
 """
 
 from __future__ import annotations
@@ -37,13 +37,17 @@ def probe_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def resolve_expert_backend(device: torch.device, dtype: torch.dtype) -> ExpertBackend:
-    """Pick the GEMM path; off CPU a missing grouped GEMM is an error, not a fallback."""
+    """Pick the GEMM path; off CPU a bf16 model without the grouped GEMM is an error, not a fallback.
+
+    fp32 and fp64 (correctness captures and the reference, never timed) take the per-expert
+    loop wherever the grouped GEMM lacks them (CUDA's is bf16-only): same math, one GEMM per expert.
+    """
     if probe_grouped_mm(device, dtype):
         return "grouped_mm"
-    if device.type != "cpu":
+    if device.type != "cpu" and dtype == torch.bfloat16:
         raise RuntimeError(
             f"torch._grouped_mm cannot run fwd+bwd on {device} in {dtype}; "
-            "the per-expert loop is a CPU-only stand-in (check the torch build)"
+            "the per-expert loop stands in only on CPU or for fp32/fp64 references (check the torch build)"
         )
     return "per_expert_loop"
 
