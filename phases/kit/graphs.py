@@ -81,7 +81,9 @@ def build_shape_pass(
     """A ``run_all_shapes`` for a harness: fwd+bwd at each token count, then no_grad.
 
     The harness's regions must already be bound; workloads are built inside the pass so
-    each token count is a fresh set of inputs, as in training.
+    each token count is a fresh set of inputs, as in training. The no_grad forward gets
+    detached inputs, as an eval forward does: a leaf that requires grad would cost the first
+    layer's regions a graph that no real no_grad pass compiles.
     """
 
     def run_all_shapes() -> None:
@@ -90,6 +92,7 @@ def build_shape_pass(
         for n in tokens:
             workload = harness.build(tokens=n, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
             workload.step()
+            workload.inputs = tuple(t.detach() for t in workload.inputs)
             with torch.no_grad():
                 workload.forward()
 

@@ -44,7 +44,8 @@ def run(ctx: Any) -> PhaseResult:
     if count["limit_hit"]:
         return reject(ctx, f"recompile limit hit: {count['limit_hit']}", numbers=numbers)
     if worst > count["target"]:
-        return reject(ctx, f"{worst} graphs in one region, over the headroom target {count['target']} of "
-                           f"{count['recompile_limit']}", numbers=numbers)
+        over = ", ".join(f"{name} {n}" for name, n in per.items() if n > count["target"])
+        return reject(ctx, f"graphs per region over the headroom target {count['target']} of "
+                           f"{count['recompile_limit']}: {over}", numbers=numbers)
     return PhaseResult(outcome="passed", summary=f"graph budget: worst {worst} <= {count['target']} of "
                                                  f"{count['recompile_limit']}", data={"graphs": numbers})
