@@ -52,7 +52,8 @@ class CandidateMeta(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     label: str
-    pattern: int
+    pattern: int | None
+    """Number in the skill's patterns list; None for a ladder step (enable or widen a region)."""
     branch: str
     regions: tuple[str, ...]
     files: tuple[str, ...]
@@ -163,12 +164,16 @@ def _commit_candidate(repo: git.Repo, candidate: Candidate) -> None:
         repo.git.apply(str(candidate.diff))
         repo.index.add(list(candidate.meta.files))
         repo.index.commit(
-            f"{candidate.meta.message}\n\nCandidate: {candidate.name} (pattern {candidate.meta.pattern})",
+            f"{candidate.meta.message}\n\nCandidate: {candidate.name} ({_pattern_note(candidate.meta.pattern)})",
             author=BOT,
             committer=BOT,
         )
     finally:
         repo.git.checkout("main")
+
+
+def _pattern_note(pattern: int | None) -> str:
+    return f"pattern {pattern}" if pattern is not None else "ladder step, no numbered pattern"
 
 
 def _reuse_workspace(path: Path, candidates: tuple[Candidate, ...]) -> Path:
