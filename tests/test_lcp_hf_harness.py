@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from phases.local_compile_perf.harness import load_harness  # noqa: E402
-from phases.local_compile_perf.work.hf_harness import read_registry_dims, shrink_config  # noqa: E402
+from phases.local_compile_perf.work.hf_harness import parse_hf_ref, read_registry_dims, shrink_config  # noqa: E402
 from phases.local_compile_perf.work.traps import check_harness_traps  # noqa: E402
 
 
@@ -69,3 +69,12 @@ def test_deepseek_v3_covers_dense_and_moe():
     assert kinds == ["DeepseekV3MLP", "DeepseekV3MoE"]
     loss = workload.step()
     assert torch.isfinite(loss) and workload.inputs[0].grad is not None
+
+
+def test_kernel_options_reach_the_config_and_the_spec_name():
+    assert parse_hf_ref("qwen3_moe") == ("qwen3_moe", {"attn": "sdpa", "experts": "grouped_mm"})
+    with pytest.raises(ValueError, match="not attn=IMPL or experts=IMPL"):
+        parse_hf_ref("qwen3_moe,attention=eager")
+    harness = load_harness("hf:qwen3_moe,attn=eager")
+    assert harness.spec.name == "hf:qwen3_moe-small[attn=eager]"
+    assert (harness.config._attn_implementation, harness.config._experts_implementation) == ("eager", "grouped_mm")

@@ -110,9 +110,10 @@ def resolve_target(spec: str, *, state_dir: Path) -> tuple[Path, str]:
             raise UsageError(str(exc)) from None
         return copy_workspace(cached, name="lcp-embedded"), "embedded"
     if spec.startswith("hf:"):
-        if not re.fullmatch(r"hf:[a-z0-9_]+", spec):
-            raise UsageError(f"--target {spec!r}: expected hf:<model_type>, e.g. hf:qwen3_moe")
-        return empty_workspace(state_dir, name=f"lcp-{spec[3:]}"), "hf"
+        if not re.fullmatch(r"hf:[a-z0-9_]+(,(attn|experts)=[a-z0-9_]+)*", spec):
+            raise UsageError(f"--target {spec!r}: expected hf:<model_type>[,attn=IMPL][,experts=IMPL], "
+                             "e.g. hf:qwen3_moe or hf:qwen3_moe,attn=eager")
+        return empty_workspace(state_dir, name=f"lcp-{spec[3:].split(',')[0]}"), "hf"
     path = Path(spec).expanduser().resolve()
     if not (path / ".git").exists():
         raise UsageError(f"--target {path} is not a git checkout; pass embedded, hf:<model_type> or a torchtitan checkout")

@@ -10,6 +10,10 @@ model's own rotary class for positions 0..T-1, as the model computes it once per
 Trees: eager and per-layer compile only. These layers declare no regions
 (``all_regions=()``), so ``bind_regions`` accepts only ``[]``.
 
+Kernels: ``hf:<model_type>,attn=IMPL,experts=IMPL`` picks transformers' attention and
+experts implementations (defaults ``sdpa`` and ``grouped_mm``, what a model built through
+``from_config`` gets on a GPU); a non-default choice is part of ``spec.name``.
+
 Scale: ``LCP_SCALE=real|small``; by default real dims on CUDA and small on CPU, where
 ``shrink_config`` keeps the structure and divides every width (spec.name gets "-small").
 Parameters are re-initialized from the seed (transformers leaves expert weights as
@@ -34,6 +38,7 @@ SMALL_DIMS: dict[str, int] = {
     "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "q_lora_rank": 64, "kv_lora_rank": 32,
     "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32, "vocab_size": 1024,
 }
+DEFAULT_KERNELS: dict[str, str] = {"attn": "sdpa", "experts": "grouped_mm"}
 HF_FP32_PRECISION = "ieee"
 """transformers' Trainer leaves torch's default fp32 matmul precision (no TF32)."""
 
@@ -111,22 +116,41 @@ class HFWorkload:
         return fwd_bwd_step(self)
 
 
+def parse_hf_ref(ref: str) -> tuple[str, dict[str, str]]:
+    """``"qwen3_moe,attn=eager"`` -> ("qwen3_moe", {"attn": "eager", "experts": "grouped_mm"}).
+
+    Raises:
+        ValueError: an option other than attn/experts, or one without a value.
+    """
+    model_type, *options = ref.split(",")
+    kernels = dict(DEFAULT_KERNELS)
+    for option in options:
+        key, sep, value = option.partition("=")
+        if key not in kernels or not sep or not value:
+            raise ValueError(f"hf:{ref}: option {option!r} is not attn=IMPL or experts=IMPL")
+        kernels[key] = value
+    return model_type, kernels
+
+
 class HFDecoderHarness:
-    def __init__(self, model_type: str, *, scale: str) -> None:
+    def __init__(self, model_type: str, *, scale: str, kernels: dict[str, str] | None = None) -> None:
         import transformers
 
         dims = read_registry_dims(model_type)
         dims = shrink_config(dims) if scale == "small" else dims
+        self.kernels = kernels or dict(DEFAULT_KERNELS)
         self.config = transformers.AutoConfig.for_model(model_type, **dims)
-        self.config._attn_implementation = "sdpa"
-        # NOTE: the fused experts kernel, as in training; left unset, transformers falls back to
-        # a per-expert loop (thousands of small kernels) and the harness times that instead.
-        self.config._experts_implementation = "grouped_mm"
+        # NOTE: set explicitly: a layer built from a bare config leaves both unset, and transformers
+        # then falls back to eager attention and a per-expert loop (thousands of small kernels).
+        self.config._attn_implementation = self.kernels["attn"]
+        self.config._experts_implementation = self.kernels["experts"]
         self.layer_cls, self.rotary_cls = resolve_modeling_classes(self.config.model_type)
         self.layer_ids, kinds = self._pick_layer_ids()
         suffix = "" if scale == "real" else "-small"
+        chosen = ",".join(f"{k}={v}" for k, v in self.kernels.items() if DEFAULT_KERNELS[k] != v)
         self.spec = HarnessSpec(
-            name=f"hf:{self.config.model_type}{suffix}", fp32_precision=HF_FP32_PRECISION, ac_mode="none",
+            name=f"hf:{self.config.model_type}{suffix}" + (f"[{chosen}]" if chosen else ""),
+            fp32_precision=HF_FP32_PRECISION, ac_mode="none",
             upstream_regions=(), all_regions=(), layer_kinds=kinds,
         )
 
@@ -184,11 +208,12 @@ def init_parameters(layers: Any, *, std: float) -> None:
                 p.fill_(1.0 if "norm" in name else 0.0)
 
 
-def build_hf_harness(model_type: str, *, scale: str | None = None) -> HFDecoderHarness:
-    """Return the ``hf:<model_type>`` harness (see the module docstring for scale)."""
+def build_hf_harness(ref: str, *, scale: str | None = None) -> HFDecoderHarness:
+    """Return the ``hf:<model_type>[,attn=IMPL][,experts=IMPL]`` harness (``ref`` without ``hf:``)."""
     import torch
 
+    model_type, kernels = parse_hf_ref(ref)
     value = scale or os.environ.get("LCP_SCALE") or ("real" if torch.cuda.is_available() else "small")
     if value not in ("real", "small"):
         raise ValueError(f"LCP_SCALE={value!r}: choose 'real' or 'small'")
-    return HFDecoderHarness(model_type, scale=value)
+    return HFDecoderHarness(model_type, scale=value, kernels=kernels)
