@@ -3,10 +3,12 @@
     python bench/bench_lcp.py --state-dir DIR --tokens 2048,4096,16384 --out OUTDIR [--deadline-s 540]
 
 start -> advance (plan .. rank, waits in pick_fix) -> one ``orchestrator candidate`` per
-shipped branch (real-rope, narrow-scores, norm-rope-cat) -> ``candidates=done`` ->
-``open_prs=no`` -> audit. Stops submitting when the deadline is near and says so. Prints
-ratios (stack / upstream, stack glue / per-layer glue, confirmation spread) read back from
-the run's trail, and copies the run directory (as a tar) and its key artifacts to OUTDIR.
+shipped branch, in the order of ``--branches`` -> ``candidates=done`` -> ``open_prs=no`` ->
+audit. Stops submitting when the deadline is near and says so; the run then stays in
+pick_fix, and a later call with ``--resume`` (same state dir) submits the branches not yet
+tried. ``--finish`` answers the two questions even when branches are left. Prints ratios
+(stack / upstream, stack glue / per-layer glue, confirmation spread) read back from the
+run's trail, and copies the run directory (as a tar) and its key artifacts to OUTDIR.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = (("candidate/real-rope", "real-arithmetic RoPE"), ("candidate/narrow-scores", "routing weights on the narrow SwiGLU output"),
-           ("candidate/norm-rope-cat", "MLA q/k glue in one region"))
+SHIPPED = {
+    "residual-norm": "residual add fused into the ffn norm",
+    "gather-combine": "MoE dispatch and combine as gathers",
+    "narrow-scores": "routing weights on the narrow SwiGLU output",
+    "norm-rope-cat": "MLA q/k glue in one region",
+    "mlp-swiglu": "dense and shared SwiGLU activation as a region",
+    "real-rope": "real-arithmetic RoPE",
+}
+"""Shipped candidate branches (``candidate/<name>``) and their labels, in the default order."""
 
 
 def cli(*args: str, state_dir: Path, timeout: float) -> tuple[int, dict]:
@@ -39,7 +48,37 @@ def cli(*args: str, state_dir: Path, timeout: float) -> tuple[int, dict]:
 
 def drive(args: argparse.Namespace) -> str:
     deadline = time.monotonic() + args.deadline_s
-    rc, out = cli("start", "local-compile-perf", "--target", "embedded", "--tokens", args.tokens,
+    run_id = args.resume or start_and_advance(args, deadline)
+    if not run_id:
+        return latest_run(args.state_dir)
+    tried = tried_branches(args.state_dir, run_id)
+    todo = [b for b in args.branches.split(",") if b and f"candidate/{b}" not in tried]
+    if args.combine and "candidate/combined" not in tried:
+        combine_branches(args.state_dir, run_id, args.combine.split(","))
+        todo = ["combined"]
+    for name in todo:
+        left = deadline - time.monotonic()
+        if left < args.candidate_s:
+            print(f"deadline: {left:.0f} s left, less than a candidate's {args.candidate_s:.0f} s; "
+                  f"not submitted: {', '.join(todo[todo.index(name):])}")
+            break
+        rc, out = cli("candidate", run_id, "--branch", f"candidate/{name}", "--label", SHIPPED[name],
+                      state_dir=args.state_dir, timeout=left)
+        print(f"candidate {name}: exit {rc}, phase {out.get('phase')}", flush=True)
+    else:
+        todo = []
+    if args.finish or not todo:
+        cli("resume", run_id, "--answer", "candidates=done", state_dir=args.state_dir, timeout=120)
+        cli("resume", run_id, "--answer", "open_prs=no", state_dir=args.state_dir, timeout=120)
+        rc, audit = cli("audit", run_id, state_dir=args.state_dir, timeout=120)
+        print(f"audit: ok={audit.get('ok')} findings={audit.get('findings')}", flush=True)
+    return run_id
+
+
+def start_and_advance(args: argparse.Namespace, deadline: float) -> str | None:
+    """A new run advanced to pick_fix; None when it stopped anywhere else."""
+    timing = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--profile-steps", str(args.profile_steps)]
+    rc, out = cli("start", "local-compile-perf", "--target", "embedded", "--tokens", args.tokens, *timing,
                   *(["--per-layer-tokens", args.per_layer_tokens] if args.per_layer_tokens else []),
                   state_dir=args.state_dir, timeout=300)
     run_id = out["run_id"]
@@ -47,19 +86,42 @@ def drive(args: argparse.Namespace) -> str:
     print(f"advance: phase {out.get('phase')}: {out.get('summary')}", flush=True)
     if rc != 4:
         print(f"run stopped in {out.get('phase')}: {out.get('summary')}")
-        return run_id
-    for branch, label in SHIPPED:
-        left = deadline - time.monotonic()
-        if left < args.candidate_s:
-            print(f"deadline: {left:.0f} s left, less than a candidate's {args.candidate_s:.0f} s; {branch} not submitted")
-            break
-        rc, out = cli("candidate", run_id, "--branch", branch, "--label", label, state_dir=args.state_dir, timeout=left)
-        print(f"candidate {branch}: exit {rc}, phase {out.get('phase')}", flush=True)
-    cli("resume", run_id, "--answer", "candidates=done", state_dir=args.state_dir, timeout=120)
-    cli("resume", run_id, "--answer", "open_prs=no", state_dir=args.state_dir, timeout=120)
-    rc, audit = cli("audit", run_id, state_dir=args.state_dir, timeout=120)
-    print(f"audit: ok={audit.get('ok')} findings={audit.get('findings')}", flush=True)
+        return None
     return run_id
+
+
+def combine_branches(state_dir: Path, run_id: str, names: list[str]) -> None:
+    """Branch ``candidate/combined`` of the run's target: the named rewrites replayed on main, in order.
+
+    One submission for several rewrites, when device time allows one confirmation only; the
+    findings then hold one stack entry for all of them (its label says so).
+    """
+    import git
+
+    run = json.loads((state_dir / "runs" / run_id / "run.json").read_text())
+    repo = git.Repo(run["target"])
+    scratch = Path(run["target"]).with_name(f"{run_id}-combine")
+    repo.git.worktree("add", "--detach", str(scratch), "main")
+    try:
+        tree = git.Repo(scratch)
+        who = {"GIT_COMMITTER_NAME": "bench_lcp", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+        with tree.git.custom_environment(**who):
+            for name in names:
+                tree.git.cherry_pick(f"candidate/{name}")
+        repo.git.branch("-f", "candidate/combined", tree.head.commit.hexsha)
+    finally:
+        repo.git.worktree("remove", "--force", str(scratch))
+    SHIPPED["combined"] = "rewrites " + " + ".join(names)
+    print(f"candidate/combined: {' + '.join(names)} on main", flush=True)
+
+
+def tried_branches(state_dir: Path, run_id: str) -> set[str]:
+    run = json.loads((state_dir / "runs" / run_id / "run.json").read_text())
+    return {v.get("branch", "") for v in run["records"].get("candidate_verdict", [])}
+
+
+def latest_run(state_dir: Path) -> str:
+    return sorted((state_dir / "runs").iterdir(), key=lambda p: p.stat().st_mtime)[-1].name
 
 
 def report(state_dir: Path, run_id: str) -> None:
@@ -107,13 +169,22 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--deadline-s", type=float, default=540.0)
     p.add_argument("--candidate-s", type=float, default=90.0, help="time one candidate needs, to stop before the deadline")
+    p.add_argument("--branches", default=",".join(SHIPPED), help=f"comma list, in order, of: {', '.join(SHIPPED)}")
+    p.add_argument("--resume", default="", help="RUN id in --state-dir to continue (waiting in pick_fix)")
+    p.add_argument("--combine", default="", help="comma list of shipped rewrites submitted as ONE candidate/combined")
+    p.add_argument("--finish", action="store_true", help="answer candidates=done and open_prs=no even if branches are left")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--profile-steps", type=int, default=5)
     args = p.parse_args()
+    unknown = [b for b in (args.branches + "," + args.combine).split(",") if b and b not in SHIPPED]
+    if unknown:
+        p.error(f"--branches: unknown {unknown}; shipped: {', '.join(SHIPPED)}")
     try:
-        drive(args)
+        run_id = drive(args)
     except subprocess.TimeoutExpired as exc:
         print(f"deadline: {' '.join(exc.cmd[3:5])} cut after {exc.timeout:.0f} s; saving what the trail holds")
-    runs = sorted((args.state_dir / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
-    run_id = runs[-1].name
+        run_id = latest_run(args.state_dir)
     report(args.state_dir, run_id)
     save(args.state_dir, run_id, args.out)
 
