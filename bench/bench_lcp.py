@@ -24,14 +24,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = {
-    "residual-norm": "residual add fused into the ffn norm",
-    "gather-combine": "MoE dispatch and combine as gathers",
-    "narrow-scores": "routing weights on the narrow SwiGLU output",
     "norm-rope-cat": "MLA q/k glue in one region",
+    "narrow-scores": "routing weights on the narrow SwiGLU output",
+    "gather-combine": "MoE dispatch and combine as gathers",
     "mlp-swiglu": "dense and shared SwiGLU activation as a region",
+    "residual-norm": "residual add fused into the ffn norm",
     "real-rope": "real-arithmetic RoPE",
 }
-"""Shipped candidate branches (``candidate/<name>``) and their labels, in the default order."""
+"""Shipped candidate branches (``candidate/<name>``) and their labels, in the default order.
+
+NOTE: residual-norm after norm-rope-cat: before it, the norm region also sees the q and kv
+latent widths and hits the recompile limit (the H200 run rejected it so)."""
 
 
 def cli(*args: str, state_dir: Path, timeout: float) -> tuple[int, dict]:
