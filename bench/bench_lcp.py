@@ -4,9 +4,9 @@
 
 start -> advance (plan .. rank, waits in pick_fix) -> one ``orchestrator candidate`` per
 shipped branch, in the order of ``--branches`` -> ``candidates=done`` -> ``open_prs=no`` ->
-audit. Stops submitting when the deadline is near and says so; the run then stays in
-pick_fix, and a later call with ``--resume`` (same state dir) submits the branches not yet
-tried. ``--finish`` answers the two questions even when branches are left. Prints ratios
+audit. Stops submitting when the deadline is near and says so. The run stays in pick_fix
+unless ``--finish`` is given, so a later call with ``--resume`` (same state dir) can submit
+the branches not yet tried, or another one after a rejection. Prints ratios
 (stack / upstream, stack glue / per-layer glue, confirmation spread) read back from the
 run's trail, and copies the run directory (as a tar) and its key artifacts to OUTDIR.
 """
@@ -55,10 +55,12 @@ def drive(args: argparse.Namespace) -> str:
     if not run_id:
         return latest_run(args.state_dir)
     tried = tried_branches(args.state_dir, run_id)
-    todo = [b for b in args.branches.split(",") if b and f"candidate/{b}" not in tried]
-    if args.combine and "candidate/combined" not in tried:
-        combine_branches(args.state_dir, run_id, args.combine.split(","))
-        todo = ["combined"]
+    if args.combine:
+        todo = [] if "candidate/combined" in tried else ["combined"]
+        if todo:
+            combine_branches(args.state_dir, run_id, args.combine.split(","))
+    else:
+        todo = [b for b in args.branches.split(",") if b and f"candidate/{b}" not in tried]
     for name in todo:
         left = deadline - time.monotonic()
         if left < args.candidate_s:
@@ -68,9 +70,7 @@ def drive(args: argparse.Namespace) -> str:
         rc, out = cli("candidate", run_id, "--branch", f"candidate/{name}", "--label", SHIPPED[name],
                       state_dir=args.state_dir, timeout=left)
         print(f"candidate {name}: exit {rc}, phase {out.get('phase')}", flush=True)
-    else:
-        todo = []
-    if args.finish or not todo:
+    if args.finish:
         cli("resume", run_id, "--answer", "candidates=done", state_dir=args.state_dir, timeout=120)
         cli("resume", run_id, "--answer", "open_prs=no", state_dir=args.state_dir, timeout=120)
         rc, audit = cli("audit", run_id, state_dir=args.state_dir, timeout=120)
@@ -175,7 +175,7 @@ def main() -> None:
     p.add_argument("--branches", default=",".join(SHIPPED), help=f"comma list, in order, of: {', '.join(SHIPPED)}")
     p.add_argument("--resume", default="", help="RUN id in --state-dir to continue (waiting in pick_fix)")
     p.add_argument("--combine", default="", help="comma list of shipped rewrites submitted as ONE candidate/combined")
-    p.add_argument("--finish", action="store_true", help="answer candidates=done and open_prs=no even if branches are left")
+    p.add_argument("--finish", action="store_true", help="then answer candidates=done and open_prs=no, and audit")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--profile-steps", type=int, default=5)
