@@ -1,0 +1,51 @@
+"""bench_lcp's git side: the combined branch it submits, and what it counts as tried."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import git
+
+from phases.local_compile_perf.workspace import materialize_embedded_workspace
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_lcp.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_lcp", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_run(state: Path, target: Path, verdicts: list[dict]) -> str:
+    run_dir = state / "runs" / "lcp-run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"target": str(target), "records": {"candidate_verdict": verdicts}}))
+    return "lcp-run"
+
+
+def test_combined_branch_replays_the_rewrites_in_order_and_leaves_main_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no git identity on the machine: the bench brings its own
+    bench = load_bench()
+    target = materialize_embedded_workspace(tmp_path / "state")
+    run_id = fake_run(tmp_path / "state", target, [])
+    names = ["norm-rope-cat", "narrow-scores", "gather-combine", "mlp-swiglu", "residual-norm"]
+    bench.combine_branches(tmp_path / "state", run_id, names)
+    repo = git.Repo(target)
+    commits = list(repo.iter_commits("main..candidate/combined"))
+    assert len(commits) == len(names)
+    assert [c.message.splitlines()[0].split(":")[0] for c in reversed(commits)] == \
+        ["attention", "experts", "moe", "moe", "block"]
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+    assert not any("combine" in w for w in repo.git.worktree("list").splitlines()[1:])
+    assert bench.SHIPPED["combined"] == "rewrites " + " + ".join(names)
+
+
+def test_tried_branches_reads_every_verdict(tmp_path):
+    bench = load_bench()
+    run_id = fake_run(tmp_path, tmp_path, [{"branch": "candidate/combined", "verdict": "rejected"},
+                                           {"branch": "candidate/real-rope", "verdict": "validated"}])
+    assert bench.tried_branches(tmp_path, run_id) == {"candidate/combined", "candidate/real-rope"}
