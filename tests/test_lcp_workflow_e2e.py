@@ -90,6 +90,7 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     settings = subprocess.run(["git", "-C", str(target), "show", f"{entry['branch']}:examples/moe_layer/trainer_settings.py"],
                               capture_output=True, text=True).stdout
     assert '"router", "swiglu"' in settings
+    assert not list((state / "worktrees").rglob("*.pt")), "correctness captures left on disk"
 
     artifacts = run_dir / "artifacts"
     findings = (artifacts / "FINDINGS.md").read_text()

@@ -32,13 +32,19 @@ def run(ctx: Any) -> PhaseResult:
     root = Path(prepared["candidate_checkout"]).parent
     ref_file, cand_file = root / f"{prepared['name']}-reference.pt", root / f"{prepared['name']}-candidate.pt"
     common = {"harness": plan["harness"], "tokens": tokens, "device": plan["device"]}
-    ref = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["stack_checkout"], "func": CAPTURE, "request": {
-        **common, "tree": "eager", "dtypes": ["bf16", "fp32", "fp64"], "out": str(ref_file)}}, label="capture stack")
-    ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": CAPTURE, "request": {
-        **common, "tree": "regions:" + ",".join(candidate_tree_regions(prepared)), "dtypes": ["bf16", "fp32"],
-        "out": str(cand_file)}}, label="capture candidate")
-    result = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": COMPARE, "request": {
-        "candidate": str(cand_file), "reference": str(ref_file), "downcasts": ref["downcasts"]}}, label="compare")
+    # NOTE: the captures hold every grad in three dtypes (tens of GB at real dims); the trail keeps
+    # the comparison, so the files go as soon as it is made, also when a worker fails.
+    try:
+        ref = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["stack_checkout"], "func": CAPTURE, "request": {
+            **common, "tree": "eager", "dtypes": ["bf16", "fp32", "fp64"], "out": str(ref_file)}}, label="capture stack")
+        ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": CAPTURE, "request": {
+            **common, "tree": "regions:" + ",".join(candidate_tree_regions(prepared)), "dtypes": ["bf16", "fp32"],
+            "out": str(cand_file)}}, label="capture candidate")
+        result = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": COMPARE, "request": {
+            "candidate": str(cand_file), "reference": str(ref_file), "downcasts": ref["downcasts"]}}, label="compare")
+    finally:
+        ref_file.unlink(missing_ok=True)
+        cand_file.unlink(missing_ok=True)
     table = summarize(result)
     for row in table["comparisons"]:
         log(ctx, f"correctness of {cand['label']!r}: {row['label']}: worst {row['worst']} rel L2 {row['worst_rel_l2']:.3g} "
