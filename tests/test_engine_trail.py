@@ -33,6 +33,14 @@ def write_lines(store: RunStore, run_id: str, lines: list[str]) -> None:
     (store.run_dir(run_id) / "events.jsonl").write_text("".join(line + "\n" for line in lines))
 
 
+def edit_event(store: RunStore, run_id: str, seq: int, **fields: str) -> None:
+    """Overwrite ``fields`` of event ``seq`` in place, leaving its hash as it was (a tamper)."""
+    lines = lines_of(store, run_id)
+    event = json.loads(lines[seq]) | fields
+    lines[seq] = json.dumps(event, sort_keys=True, separators=(",", ":"))
+    write_lines(store, run_id, lines)
+
+
 def test_chain_is_recomputable_without_our_code(finished_run):
     store, run_id = finished_run
     prev = GENESIS_HASH
@@ -60,11 +68,7 @@ def test_canonical_json_refuses_nan():
 
 def test_edit_is_detected_at_its_seq(finished_run):
     store, run_id = finished_run
-    lines = lines_of(store, run_id)
-    event = json.loads(lines[5])
-    event["actor"] = "human"
-    lines[5] = json.dumps(event, sort_keys=True, separators=(",", ":"))
-    write_lines(store, run_id, lines)
+    edit_event(store, run_id, 5, actor="human")
     findings = audit_run(store.run_dir(run_id))
     assert any(f.seq == 5 and f.check == "chain" and "edited" in f.message for f in findings), findings
 
@@ -117,11 +121,7 @@ def test_stale_snapshot_after_crash_is_rebuilt_from_the_log(finished_run):
 
 def test_audit_cli_exits_1_and_names_the_seq(finished_run, invoke):
     store, run_id = finished_run
-    lines = lines_of(store, run_id)
-    event = json.loads(lines[2])
-    event["ts"] = "2020-01-01T00:00:00+00:00"
-    lines[2] = json.dumps(event, sort_keys=True, separators=(",", ":"))
-    write_lines(store, run_id, lines)
+    edit_event(store, run_id, 2, ts="2020-01-01T00:00:00+00:00")
     result = invoke("audit", run_id, "--state-dir", str(store.state_dir), "--json")
     assert result.exit_code == 1
     findings = json.loads(result.output)["findings"]

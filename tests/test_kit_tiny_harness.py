@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from phases.local_compile_perf.harness import HarnessSpec, load_harness
+from phases.local_compile_perf.harness import HarnessSpec, fwd_bwd_step, load_harness
 
 DIM = 32
 
@@ -62,13 +62,7 @@ class TinyWorkload:
         return x
 
     def step(self) -> torch.Tensor:
-        for p in self.layers.parameters():
-            p.grad = None
-        for x in self.inputs:
-            x.grad = None
-        loss = self.forward().float().square().mean()
-        loss.backward()
-        return loss.detach()
+        return fwd_bwd_step(self)
 
 
 class TinyHarness:
