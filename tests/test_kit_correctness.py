@@ -24,6 +24,7 @@ def test_rel_l2():
     assert rel_l2(b + torch.tensor([0.0, 0.5], dtype=torch.float64), b) == pytest.approx(0.1)
     assert rel_l2(torch.zeros(2), torch.zeros(2)) == 0.0
     assert rel_l2(torch.zeros(3), torch.zeros(2)) == float("inf")
+    assert rel_l2(b.to(torch.bfloat16), b) == 0.0, "mixed dtypes are compared in fp64"
 
 
 def test_capture_covers_output_every_param_grad_and_every_input_grad():
@@ -32,7 +33,9 @@ def test_capture_covers_output_every_param_grad_and_every_input_grad():
     n_params = len(list(wl.layers.parameters()))
     assert len(cap.tensors) == 1 + n_params + len(wl.inputs) == 8
     assert {"output", "grad:input0", "grad:0.w13.weight", "grad:1.norm_weight"} <= set(cap.tensors)
-    assert all(t.dtype == torch.float64 for t in cap.tensors.values())
+    assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in cap.tensors.values())
+    grad = wl.layers[0].w13.weight.grad
+    assert cap.tensors["grad:0.w13.weight"].data_ptr() != grad.data_ptr(), "a capture must not alias a live grad"
 
 
 def test_same_seed_is_identical_and_a_perturbed_weight_is_named():

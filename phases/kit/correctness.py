@@ -1,7 +1,8 @@
 """Numerical parity of a candidate tree against eager, in bf16 and fp32, plus an fp64 reference.
 
-A capture runs one seeded fwd+bwd and keeps fp64 CPU copies of the output and of EVERY
-grad (each parameter by name, each input), so nothing is judged on the output alone. The
+A capture runs one seeded fwd+bwd and keeps CPU copies, in their own dtype, of the output
+and of EVERY grad (each parameter by name, each input), so nothing is judged on the output
+alone; comparisons are computed in fp64. The
 loss is ``out.square().mean()`` computed in fp32 for bf16/fp32 runs (as the training step
 does) and in fp64 for the fp64 reference: a ``.float()`` there would quietly make the
 reference an fp32 one, so the reference run is also watched by a dispatch mode and every
@@ -33,7 +34,7 @@ this is within the rounding of a single bf16 value."""
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Captured:
-    """fp64 CPU copies of one fwd+bwd: "output", "grad:<param name>", "grad:input<i>"."""
+    """CPU copies of one fwd+bwd in their own dtype: "output", "grad:<param name>", "grad:input<i>"."""
 
     tensors: dict[str, "torch.Tensor"]
     dtype: str
@@ -44,7 +45,10 @@ def _noop() -> None:
 
 
 def capture_fwd_bwd(workload: "Workload") -> Captured:
-    """Run one fwd+bwd (grads set to None first) and copy output and every grad to fp64."""
+    """Run one fwd+bwd (grads set to None first) and copy output and every grad to the CPU.
+
+    Copies keep their dtype (lossless, and a quarter of fp64's bytes for bf16: the grads of
+    real-dims layers run to tens of GB)."""
     import torch
 
     params = dict(workload.layers.named_parameters())
@@ -55,11 +59,11 @@ def capture_fwd_bwd(workload: "Workload") -> Captured:
     out = workload.forward()
     loss_dtype = torch.float64 if out.dtype == torch.float64 else torch.float32
     out.to(loss_dtype).square().mean().backward()
-    tensors = {"output": out.detach().to("cpu", torch.float64)}
+    tensors = {"output": out.detach().to("cpu", copy=True)}
     named = [*(("grad:" + n, p) for n, p in params.items()), *((f"grad:input{i}", x) for i, x in enumerate(workload.inputs))]
     for name, t in named:
         if t.grad is not None:
-            tensors[name] = t.grad.detach().to("cpu", torch.float64)
+            tensors[name] = t.grad.detach().to("cpu", copy=True)
     return Captured(tensors=tensors, dtype=str(out.dtype).removeprefix("torch."))
 
 
@@ -69,6 +73,7 @@ def rel_l2(a: "torch.Tensor", b: "torch.Tensor") -> float:
 
     if a.shape != b.shape:
         return float("inf")
+    a, b = a.to(torch.float64), b.to(torch.float64)
     denom = torch.linalg.vector_norm(b).item()
     diff = torch.linalg.vector_norm(a - b).item()
     return diff / denom if denom else diff

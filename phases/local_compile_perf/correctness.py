@@ -1,8 +1,8 @@
 """Step 8, correctness: the candidate's output and every grad vs the stack's eager, bf16 + fp32 + fp64.
 
-The references come from the stack tip's checkout run eager (the code before the change);
-the candidate runs in its own checkout with its regions. Two worker captures (seeded,
-same shapes) and one comparison (kit correctness): candidate vs eager at the same dtype
+The references come from the stack tip's checkout run eager (the code before the change),
+saved to a file; the candidate runs in its own checkout with its regions, in the worker that
+compares (seeded, same shapes; kit correctness): candidate vs eager at the same dtype
 within ~1 bf16 ulp (rel L2), and candidate vs an fp64 eager reference whose error may not
 exceed eager's own by more than that. Ops of the fp64 reference that ran below fp64 are
 listed (a ``.float()`` inside the model): the reference is then partly fp32, and the table
@@ -29,22 +29,19 @@ def run(ctx: Any) -> PhaseResult:
     plan, cand = ctx.results["plan"], current(ctx)
     prepared = cand["prepared"]
     tokens = plan["correctness_tokens"]
-    root = Path(prepared["candidate_checkout"]).parent
-    ref_file, cand_file = root / f"{prepared['name']}-reference.pt", root / f"{prepared['name']}-candidate.pt"
+    ref_file = Path(prepared["candidate_checkout"]).parent / f"{prepared['name']}-reference.pt"
     common = {"harness": plan["harness"], "tokens": tokens, "device": plan["device"]}
-    # NOTE: the captures hold every grad in three dtypes (tens of GB at real dims); the trail keeps
-    # the comparison, so the files go as soon as it is made, also when a worker fails.
+    candidate = {**common, "tree": "regions:" + ",".join(candidate_tree_regions(prepared)), "dtypes": ["bf16", "fp32"]}
+    # NOTE: the reference holds every grad in three dtypes (tens of GB at real dims); the trail
+    # keeps the comparison, so the file goes as soon as it is made, also when a worker fails.
     try:
         ref = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["stack_checkout"], "func": CAPTURE, "request": {
             **common, "tree": "eager", "dtypes": ["bf16", "fp32", "fp64"], "out": str(ref_file)}}, label="capture stack")
-        ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": CAPTURE, "request": {
-            **common, "tree": "regions:" + ",".join(candidate_tree_regions(prepared)), "dtypes": ["bf16", "fp32"],
-            "out": str(cand_file)}}, label="capture candidate")
         result = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": COMPARE, "request": {
-            "candidate": str(cand_file), "reference": str(ref_file), "downcasts": ref["downcasts"]}}, label="compare")
+            "candidate": candidate, "reference": str(ref_file), "downcasts": ref["downcasts"]}},
+            label="capture candidate and compare")
     finally:
         ref_file.unlink(missing_ok=True)
-        cand_file.unlink(missing_ok=True)
     table = summarize(result)
     for row in table["comparisons"]:
         log(ctx, f"correctness of {cand['label']!r}: {row['label']}: worst {row['worst']} rel L2 {row['worst_rel_l2']:.3g} "

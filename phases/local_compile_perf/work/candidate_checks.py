@@ -6,10 +6,11 @@ Each runs inside one checkout (``run_in_checkout`` puts the worker there first):
                           per-region counts from the regions' own functions
     screen_worker         candidate code with the stack's regions vs with the candidate's
                           regions added, interleaved in one process (ranking only)
-    capture_worker        seeded fwd+bwd captures (output + every grad, fp64 CPU copies)
+    capture_worker        seeded fwd+bwd captures (output + every grad, CPU copies)
                           saved to a file, so two checkouts can be compared
-    compare_worker        candidate captures vs the stack's eager captures, bf16 and fp32,
-                          and both vs the stack's fp64 eager reference (kit correctness)
+    compare_worker        captures the candidate and compares it with the stack's eager
+                          captures, bf16 and fp32, and both with the stack's fp64 eager
+                          reference (kit correctness)
 """
 
 from __future__ import annotations
@@ -93,22 +94,22 @@ class CaptureRequest(BaseModel):
     """Any of bf16, fp32, fp64 (fp64 runs eager and is watched for downcasts)."""
     tokens: int
     device: str
-    out: str
-    """File the captures are saved to (torch.save)."""
     seed: int = 0
 
 
-def capture_worker(request: dict) -> dict:
-    """CaptureRequest -> {"file", "tensors", "downcasts"}; one seeded fwd+bwd per dtype."""
-    import torch
+class SaveCaptureRequest(CaptureRequest):
+    out: str
+    """File the captures are saved to (torch.save)."""
 
+
+def capture(req: CaptureRequest) -> tuple[dict[str, dict], tuple[str, ...]]:
+    """One seeded fwd+bwd per dtype -> ({dtype: {tensor name: CPU copy}}, fp64 downcasts)."""
     from phases.kit.correctness import capture_fwd_bwd, capture_watching_dtype
     from phases.kit.measure_once import build_tree_workload, resolve_dtype
     from phases.local_compile_perf.harness import load_harness
 
-    req = CaptureRequest.model_validate(request)
     harness = load_harness(req.harness)
-    saved, downcasts = {}, []
+    saved, downcasts = {}, ()
     for name in req.dtypes:
         tree = "eager" if name == "fp64" else req.tree
         workload = build_tree_workload(harness, tree, tokens=req.tokens, device=req.device,
@@ -118,25 +119,37 @@ def capture_worker(request: dict) -> dict:
         else:
             captured = capture_fwd_bwd(workload)
         saved[name] = captured.tensors
+        del workload, captured
     harness.bind_regions([])
+    return saved, tuple(downcasts)
+
+
+def capture_worker(request: dict) -> dict:
+    """SaveCaptureRequest -> {"file", "tensors", "downcasts"}; the captures go to ``out``."""
+    import torch
+
+    req = SaveCaptureRequest.model_validate(request)
+    saved, downcasts = capture(req)
     torch.save(saved, req.out)
     return {"file": req.out, "tensors": {k: len(v) for k, v in saved.items()}, "downcasts": list(downcasts)}
 
 
 class CompareRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    candidate: str
-    """Captures of the candidate tree (bf16, fp32)."""
+    candidate: CaptureRequest
+    """The candidate tree's captures (bf16, fp32), made in this process."""
     reference: str
-    """Captures of the stack's eager tree (bf16, fp32, fp64)."""
+    """File of the stack's eager captures (bf16, fp32, fp64), from capture_worker."""
     downcasts: tuple[str, ...] = ()
     """Ops of the fp64 reference capture whose results were not fp64 (from capture_worker)."""
     tolerance: float | None = None
-    seed: int = 0
 
 
 def compare_worker(request: dict) -> dict:
-    """CompareRequest -> kit Correctness dump (4 comparisons; downcasts of the fp64 reference)."""
+    """CompareRequest -> kit Correctness dump (4 comparisons; downcasts of the fp64 reference).
+
+    The candidate is captured here rather than saved: at real dims one capture file is
+    tens of GB, and the reference is read memory-mapped."""
     import torch
 
     from phases.kit.correctness import BF16_ULP_REL_TOL, Captured, compare_captures, compare_vs_fp64
@@ -144,7 +157,8 @@ def compare_worker(request: dict) -> dict:
 
     req = CompareRequest.model_validate(request)
     tol = req.tolerance or BF16_ULP_REL_TOL
-    cand, ref = torch.load(req.candidate), torch.load(req.reference)
+    cand, _ = capture(req.candidate)
+    ref = torch.load(req.reference, mmap=True, weights_only=True)
     fp64 = Captured(tensors=ref["fp64"], dtype="float64")
     comparisons = []
     for name in ("bf16", "fp32"):
@@ -153,4 +167,4 @@ def compare_worker(request: dict) -> dict:
         comparisons.append(compare_vs_fp64(c, e, fp64, label=f"{name} candidate vs fp64 stack eager "
                                                               f"(error not above {name} eager's + tol)", tolerance=tol))
     return Correctness(comparisons=tuple(comparisons), reference_dtype="float64",
-                       reference_downcasts=req.downcasts, seed=req.seed).model_dump(mode="json")
+                       reference_downcasts=req.downcasts, seed=req.candidate.seed).model_dump(mode="json")
