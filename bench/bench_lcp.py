@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,12 +42,20 @@ latent widths and hits the recompile limit (the H200 run rejected it so)."""
 def cli(*args: str, state_dir: Path, timeout: float) -> tuple[int, dict]:
     command = [sys.executable, "-m", "orchestrator.cli", *args, "--json", "--state-dir", str(state_dir)]
     started = time.monotonic()
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    # NOTE: its own session, so a cut at the deadline also kills the phase's workers (they hold the GPU).
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     print(f"$ orchestrator {' '.join(args)} -> exit {proc.returncode} in {time.monotonic() - started:.0f} s", flush=True)
     try:
-        return proc.returncode, json.loads(proc.stdout or "{}")
+        return proc.returncode, json.loads(stdout or "{}")
     except ValueError:
-        print(proc.stdout[-2000:], proc.stderr[-4000:], flush=True)
+        print(stdout[-2000:], stderr[-4000:], flush=True)
         return proc.returncode, {}
 
 
@@ -54,6 +64,8 @@ def drive(args: argparse.Namespace) -> str:
     run_id = args.resume or start_and_advance(args, deadline)
     if not run_id:
         return latest_run(args.state_dir)
+    if args.resume and not finish_interrupted(args.state_dir, run_id, deadline):
+        return run_id
     tried = tried_branches(args.state_dir, run_id)
     if args.combine:
         todo = [] if "candidate/combined" in tried else ["combined"]
@@ -91,6 +103,18 @@ def start_and_advance(args: argparse.Namespace, deadline: float) -> str | None:
         print(f"run stopped in {out.get('phase')}: {out.get('summary')}")
         return None
     return run_id
+
+
+def finish_interrupted(state_dir: Path, run_id: str, deadline: float) -> bool:
+    """Advance a run cut mid-phase by an earlier call's deadline (the engine reruns that phase);
+    True when the run then waits in pick_fix, ready for more candidates or ``--finish``."""
+    run = json.loads((state_dir / "runs" / run_id / "run.json").read_text())
+    if not run.get("in_flight") and run["phase"] == "pick_fix":
+        return True
+    print(f"run {run_id} was cut in {run.get('in_flight') or run['phase']}; advancing it", flush=True)
+    rc, out = cli("advance", run_id, state_dir=state_dir, timeout=max(60.0, deadline - time.monotonic()))
+    print(f"advance: phase {out.get('phase')}: {out.get('summary')}", flush=True)
+    return rc == 4 and out.get("phase") == "pick_fix"
 
 
 def combine_branches(state_dir: Path, run_id: str, names: list[str]) -> None:

@@ -1,12 +1,15 @@
-"""bench_lcp's git side: the combined branch it submits, and what it counts as tried."""
+"""bench_lcp: the combined branch it submits, what it counts as tried, and cuts at the deadline."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import git
+import pytest
 
 from phases.local_compile_perf.workspace import materialize_embedded_workspace
 
@@ -49,3 +52,33 @@ def test_tried_branches_reads_every_verdict(tmp_path):
     run_id = fake_run(tmp_path, tmp_path, [{"branch": "candidate/combined", "verdict": "rejected"},
                                            {"branch": "candidate/real-rope", "verdict": "validated"}])
     assert bench.tried_branches(tmp_path, run_id) == {"candidate/combined", "candidate/real-rope"}
+
+
+def test_a_cut_at_the_deadline_kills_the_phase_workers_too(tmp_path, monkeypatch):
+    """The CLI's children (phase workers holding the GPU) must not outlive a cut call."""
+    bench = load_bench()
+    pidfile = tmp_path / "worker.pid"
+    fake_python = tmp_path / "python"
+    fake_python.write_text(f"#!/bin/sh\nsleep 300 >/dev/null 2>&1 &\necho $! > {pidfile}\nwait\n")
+    fake_python.chmod(0o755)
+    monkeypatch.setattr(bench.sys, "executable", str(fake_python))
+    with pytest.raises(subprocess.TimeoutExpired):
+        bench.cli("advance", "lcp-run", state_dir=tmp_path, timeout=2)
+    worker = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{worker}").exists(), "the worker survived the cut"
+
+
+def test_a_run_cut_mid_phase_is_advanced_before_anything_else(tmp_path, monkeypatch):
+    bench = load_bench()
+    run_id = fake_run(tmp_path, tmp_path, [])
+    run_json = tmp_path / "runs" / run_id / "run.json"
+    calls = []
+    monkeypatch.setattr(bench, "cli", lambda *a, **kw: calls.append(a) or (4, {"phase": "pick_fix"}))
+    run_json.write_text(json.dumps({"phase": "pick_fix", "in_flight": None}))
+    assert bench.finish_interrupted(tmp_path, run_id, deadline=time.monotonic() + 60) and calls == []
+    run_json.write_text(json.dumps({"phase": "correctness", "in_flight": "correctness"}))
+    assert bench.finish_interrupted(tmp_path, run_id, deadline=time.monotonic() + 60)
+    assert calls == [("advance", run_id)]
