@@ -91,6 +91,10 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
                               capture_output=True, text=True).stdout
     assert '"router", "swiglu"' in settings
     assert not list((state / "worktrees").rglob("*.pt")), "correctness captures left on disk"
+    (checked,) = [r for r in snapshot["records"]["correctness"] if r["candidate"] == verdicts["narrow scores"]["id"]]
+    assert checked["routing_replayed"] == ["1.ffn.router"]
+    table = (run_dir / "artifacts" / checked["artifact"]).read_text()
+    assert "replayed from the stack's eager capture" in table and "| grad:1.ffn.router.gate.weight |" in table
 
     artifacts = run_dir / "artifacts"
     findings = (artifacts / "FINDINGS.md").read_text()

@@ -67,26 +67,34 @@ def capture_fwd_bwd(workload: "Workload") -> Captured:
     return Captured(tensors=tensors, dtype=str(out.dtype).removeprefix("torch."))
 
 
-def rel_l2(a: "torch.Tensor", b: "torch.Tensor") -> float:
-    """||a - b|| / ||b|| in fp64 (||a|| when b is all zeros, so an all-zero pair gives 0)."""
+def norms(a: "torch.Tensor", b: "torch.Tensor") -> tuple[float, float, float]:
+    """(||a - b||, ||a||, ||b||) in fp64; the diff is inf when the shapes differ."""
     import torch
 
-    if a.shape != b.shape:
-        return float("inf")
     a, b = a.to(torch.float64), b.to(torch.float64)
-    denom = torch.linalg.vector_norm(b).item()
-    diff = torch.linalg.vector_norm(a - b).item()
+    norm_a, norm_b = torch.linalg.vector_norm(a).item(), torch.linalg.vector_norm(b).item()
+    diff = torch.linalg.vector_norm(a - b).item() if a.shape == b.shape else float("inf")
+    return diff, norm_a, norm_b
+
+
+def rel_l2(a: "torch.Tensor", b: "torch.Tensor") -> float:
+    """||a - b|| / ||b|| in fp64 (||a|| when b is all zeros, so an all-zero pair gives 0)."""
+    diff, _, denom = norms(a, b)
     return diff / denom if denom else diff
 
 
 def compare_captures(candidate: Captured, reference: Captured, *, label: str, tolerance: float = BF16_ULP_REL_TOL) -> Comparison:
-    """Rel L2 per tensor; a tensor present on one side only is a failing row (inf)."""
+    """Rel L2 per tensor, with both norms; a tensor present on one side only is a failing row (inf)."""
     names = sorted(set(candidate.tensors) | set(reference.tensors))
     diffs = []
     for name in names:
         a, b = candidate.tensors.get(name), reference.tensors.get(name)
-        err = rel_l2(a, b) if a is not None and b is not None else float("inf")
-        diffs.append(TensorDiff(name=name, rel_l2=err, within=err <= tolerance))
+        if a is None or b is None:
+            diffs.append(TensorDiff(name=name, rel_l2=float("inf"), within=False))
+            continue
+        diff, norm_a, norm_b = norms(a, b)
+        err = diff / norm_b if norm_b else diff
+        diffs.append(TensorDiff(name=name, rel_l2=err, within=err <= tolerance, norm=norm_a, reference_norm=norm_b))
     return Comparison(label=label, tolerance=tolerance, diffs=tuple(diffs))
 
 

@@ -280,6 +280,9 @@ class TensorDiff(Record):
     """"output" or the grad's name, e.g. "grad:layers.0.mlp.w1.weight", "grad:input0"."""
     rel_l2: float
     within: bool
+    norm: float | None = None
+    """L2 norm of the candidate's tensor (a zero grad shows as rel L2 1.0 and norm 0)."""
+    reference_norm: float | None = None
 
 
 class Comparison(Record):

@@ -4,9 +4,11 @@ The references come from the stack tip's checkout run eager (the code before the
 saved to a file; the candidate runs in its own checkout with its regions, in the worker that
 compares (seeded, same shapes; kit correctness): candidate vs eager at the same dtype
 within ~1 bf16 ulp (rel L2), and candidate vs an fp64 eager reference whose error may not
-exceed eager's own by more than that. Ops of the fp64 reference that ran below fp64 are
-listed (a ``.float()`` inside the model): the reference is then partly fp32, and the table
-says so. AC mode and parallelism rows are recorded as not covered by this harness.
+exceed eager's own by more than that. The candidate replays the reference's routing (kit
+routing): otherwise near-tied tokens pick other experts and MoE grads differ by O(1) for a
+reason no rewrite caused. Every tensor's numbers go to an artifact. Ops of the fp64
+reference that ran below fp64 are listed (a ``.float()`` inside the model): the reference
+is then partly fp32, and the table says so. AC mode and parallelism rows are recorded as not covered by this harness.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ def run(ctx: Any) -> PhaseResult:
             label="capture candidate and compare")
     finally:
         ref_file.unlink(missing_ok=True)
-    table = summarize(result)
+    table = {**summarize(result), "routing_replayed": ref["routers"]}
+    comparisons = [{**c, "ok": r["ok"]} for c, r in zip(result["comparisons"], table["comparisons"])]
+    table["artifact"] = ctx.write_artifact(f"correctness-{cand['id']}.md", ctx.render(
+        "lcp_correctness.md.j2", label=cand["label"], candidate=cand["id"], tokens=tokens, routers=ref["routers"],
+        downcasts=table["reference_downcasts"], comparisons=comparisons))
     for row in table["comparisons"]:
         log(ctx, f"correctness of {cand['label']!r}: {row['label']}: worst {row['worst']} rel L2 {row['worst_rel_l2']:.3g} "
                  f"(tol {row['tolerance']:.3g}, {row['tensors']} tensors): {'ok' if row['ok'] else 'FAIL'}",

@@ -102,36 +102,53 @@ class SaveCaptureRequest(CaptureRequest):
     """File the captures are saved to (torch.save)."""
 
 
-def capture(req: CaptureRequest) -> tuple[dict[str, dict], tuple[str, ...]]:
-    """One seeded fwd+bwd per dtype -> ({dtype: {tensor name: CPU copy}}, fp64 downcasts)."""
+def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> tuple[dict[str, dict], tuple[str, ...], dict]:
+    """One seeded fwd+bwd per dtype -> ({dtype: {tensor: CPU copy}}, fp64 downcasts, {dtype: routing}).
+
+    Without ``replay`` (the reference) each dtype's routing is recorded, and fp64 replays
+    fp32's (fp64 would pick its own experts for near-tied tokens, and then every grad
+    downstream differs for a reason no candidate caused). With ``replay`` (the candidate)
+    each dtype replays the reference's routing of that dtype (kit routing).
+    """
+    from contextlib import nullcontext
+
     from phases.kit.correctness import capture_fwd_bwd, capture_watching_dtype
     from phases.kit.measure_once import build_tree_workload, resolve_dtype
+    from phases.kit.routing import record_routing, replay_routing
     from phases.local_compile_perf.harness import load_harness
 
     harness = load_harness(req.harness)
-    saved, downcasts = {}, ()
+    saved, downcasts, routing = {}, (), {}
     for name in req.dtypes:
         tree = "eager" if name == "fp64" else req.tree
         workload = build_tree_workload(harness, tree, tokens=req.tokens, device=req.device,
                                        dtype=resolve_dtype(name), seed=req.seed)
-        if name == "fp64":
-            captured, downcasts = capture_watching_dtype(workload)
+        if replay is not None:
+            ids = replay.get(name)
         else:
-            captured = capture_fwd_bwd(workload)
-        saved[name] = captured.tensors
+            ids = routing.get("fp32") if name == "fp64" else None
+        with replay_routing(workload.layers, ids) if ids else nullcontext(), record_routing(workload.layers) as chosen:
+            if name == "fp64":
+                captured, downcasts = capture_watching_dtype(workload)
+            else:
+                captured = capture_fwd_bwd(workload)
+        saved[name], routing[name] = captured.tensors, chosen
         del workload, captured
     harness.bind_regions([])
-    return saved, tuple(downcasts)
+    return saved, tuple(downcasts), routing
 
 
 def capture_worker(request: dict) -> dict:
-    """SaveCaptureRequest -> {"file", "tensors", "downcasts"}; the captures go to ``out``."""
+    """SaveCaptureRequest -> {"file", "tensors", "downcasts", "routers"}; the captures go to ``out``.
+
+    The file holds {dtype: tensors} and "routing": {dtype: {router: expert ids}}."""
     import torch
 
     req = SaveCaptureRequest.model_validate(request)
-    saved, downcasts = capture(req)
-    torch.save(saved, req.out)
-    return {"file": req.out, "tensors": {k: len(v) for k, v in saved.items()}, "downcasts": list(downcasts)}
+    saved, downcasts, routing = capture(req)
+    torch.save({**saved, "routing": routing}, req.out)
+    return {"file": req.out, "tensors": {k: len(v) for k, v in saved.items()}, "downcasts": list(downcasts),
+            "routers": sorted(routing.get("fp32", {}))}
 
 
 class CompareRequest(BaseModel):
@@ -157,8 +174,8 @@ def compare_worker(request: dict) -> dict:
 
     req = CompareRequest.model_validate(request)
     tol = req.tolerance or BF16_ULP_REL_TOL
-    cand, _ = capture(req.candidate)
     ref = torch.load(req.reference, mmap=True, weights_only=True)
+    cand, _, _ = capture(req.candidate, replay=ref["routing"])
     fp64 = Captured(tensors=ref["fp64"], dtype="float64")
     comparisons = []
     for name in ("bf16", "fp32"):
