@@ -68,9 +68,9 @@ def drive(args: argparse.Namespace) -> str:
         return run_id
     tried = tried_branches(args.state_dir, run_id)
     if args.combine:
-        todo = [] if "candidate/combined" in tried else ["combined"]
+        todo = [] if f"candidate/{args.combine_branch}" in tried else [args.combine_branch]
         if todo:
-            combine_branches(args.state_dir, run_id, args.combine.split(","))
+            combine_branches(args.state_dir, run_id, args.combine.split(","), branch=args.combine_branch)
     else:
         todo = [b for b in args.branches.split(",") if b and f"candidate/{b}" not in tried]
     for name in todo:
@@ -117,8 +117,8 @@ def finish_interrupted(state_dir: Path, run_id: str, deadline: float) -> bool:
     return rc == 4 and out.get("phase") == "pick_fix"
 
 
-def combine_branches(state_dir: Path, run_id: str, names: list[str]) -> None:
-    """Branch ``candidate/combined`` of the run's target: the named rewrites replayed on main, in order.
+def combine_branches(state_dir: Path, run_id: str, names: list[str], *, branch: str = "combined") -> None:
+    """Branch ``candidate/<branch>`` of the run's target: the named rewrites replayed on main, in order.
 
     One submission for several rewrites, when device time allows one confirmation only; the
     findings then hold one stack entry for all of them (its label says so).
@@ -135,11 +135,11 @@ def combine_branches(state_dir: Path, run_id: str, names: list[str]) -> None:
         with tree.git.custom_environment(**who):
             for name in names:
                 tree.git.cherry_pick(f"candidate/{name}")
-        repo.git.branch("-f", "candidate/combined", tree.head.commit.hexsha)
+        repo.git.branch("-f", f"candidate/{branch}", tree.head.commit.hexsha)
     finally:
         repo.git.worktree("remove", "--force", str(scratch))
-    SHIPPED["combined"] = "rewrites " + " + ".join(names)
-    print(f"candidate/combined: {' + '.join(names)} on main", flush=True)
+    SHIPPED[branch] = "rewrites " + " + ".join(names)
+    print(f"candidate/{branch}: {' + '.join(names)} on main", flush=True)
 
 
 def tried_branches(state_dir: Path, run_id: str) -> set[str]:
@@ -199,6 +199,8 @@ def main() -> None:
     p.add_argument("--branches", default=",".join(SHIPPED), help=f"comma list, in order, of: {', '.join(SHIPPED)}")
     p.add_argument("--resume", default="", help="RUN id in --state-dir to continue (waiting in pick_fix)")
     p.add_argument("--combine", default="", help="comma list of shipped rewrites submitted as ONE candidate/combined")
+    p.add_argument("--combine-branch", default="combined",
+                   help="name of the combined branch (another name submits the same rewrites again)")
     p.add_argument("--finish", action="store_true", help="then answer candidates=done and open_prs=no, and audit")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One device call of the embedded local-compile-perf run on the H200 (see bench/bench_lcp.py).
 #   bash bench/h200_lcp.sh start                 # plan .. rank (about 334 s)
-#   bash bench/h200_lcp.sh combine RUN           # the five rewrites as one candidate (about 5 min)
-#   bash bench/h200_lcp.sh finish RUN            # findings, open_prs=no, audit
+#   bash bench/h200_lcp.sh combine RUN [NAME]    # the five rewrites as one candidate (about 8.5 min)
+#   bash bench/h200_lcp.sh finish RUN            # findings, open_prs=no, audit (advances a cut run first)
 # The state directory is .devstate/state (ignore it in .git/info/exclude and carry it between
 # calls); missing pure-Python wheels are read from $WHEELS (default state/workspaces/lcp-device/whl).
-# Each call leaves $OUT/state.tgz (the state directory) and $OUT/log_<step>.txt.
+# Each step leaves $OUT/state_<step>.tgz (the state directory) and $OUT/log_<step>.txt.
 set -euo pipefail
 step=${1:?start, combine RUN or finish RUN}
 wheels=${WHEELS:-state/workspaces/lcp-device/whl}
@@ -21,8 +21,9 @@ case "$step" in
            "${bench[@]}" --tokens 2048,4096,16384 --per-layer-tokens 4096,16384 --warmup 3 --iters 8 \
              --profile-steps 2 --deadline-s 540 --candidate-s 600 --branches '' ;;
   combine) "${bench[@]}" --resume "${2:?RUN}" --deadline-s 540 --candidate-s 60 \
-             --combine norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm ;;
+             --combine norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm \
+             --combine-branch "${3:-combined}" ;;
   finish)  "${bench[@]}" --resume "${2:?RUN}" --branches '' --finish ;;
   *)       echo "unknown step $step" >&2; exit 2 ;;
 esac 2>&1 | tee "$OUT/log_$step.txt" || echo "step $step failed (see the log); saving the state anyway"
-tar czf "$OUT/state.tgz" .devstate/state
+tar czf "$OUT/state_$step.tgz" .devstate/state
