@@ -123,11 +123,18 @@ def combine_branches(state_dir: Path, run_id: str, names: list[str], *, branch: 
     One submission for several rewrites, when device time allows one confirmation only; the
     findings then hold one stack entry for all of them (its label says so).
     """
+    run = json.loads((state_dir / "runs" / run_id / "run.json").read_text())
+    replay_rewrites(Path(run["target"]), names, branch=f"candidate/{branch}", scratch_name=f"{run_id}-combine")
+    SHIPPED[branch] = "rewrites " + " + ".join(names)
+    print(f"candidate/{branch}: {' + '.join(names)} on main", flush=True)
+
+
+def replay_rewrites(target: Path, names: list[str], *, branch: str, scratch_name: str) -> None:
+    """Point ``branch`` of the ``target`` repo at main plus ``candidate/<name>`` cherry-picked in order."""
     import git
 
-    run = json.loads((state_dir / "runs" / run_id / "run.json").read_text())
-    repo = git.Repo(run["target"])
-    scratch = Path(run["target"]).with_name(f"{run_id}-combine")
+    repo = git.Repo(target)
+    scratch = target.with_name(scratch_name)
     repo.git.worktree("add", "--detach", str(scratch), "main")
     try:
         tree = git.Repo(scratch)
@@ -135,11 +142,9 @@ def combine_branches(state_dir: Path, run_id: str, names: list[str], *, branch: 
         with tree.git.custom_environment(**who):
             for name in names:
                 tree.git.cherry_pick(f"candidate/{name}")
-        repo.git.branch("-f", f"candidate/{branch}", tree.head.commit.hexsha)
+        repo.git.branch("-f", branch, tree.head.commit.hexsha)
     finally:
         repo.git.worktree("remove", "--force", str(scratch))
-    SHIPPED[branch] = "rewrites " + " + ".join(names)
-    print(f"candidate/{branch}: {' + '.join(names)} on main", flush=True)
 
 
 def tried_branches(state_dir: Path, run_id: str) -> set[str]:

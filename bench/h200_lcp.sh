@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One device call of the embedded local-compile-perf run on the H200 (see bench/bench_lcp.py).
-#   bash bench/h200_lcp.sh start                 # plan .. rank (about 334 s)
+#   bash bench/h200_lcp.sh check                 # grads of every region subset vs eager, fp32, small dims (about 1 min)
+#   bash bench/h200_lcp.sh start                 # plan .. rank (about 410 s)
 #   bash bench/h200_lcp.sh combine RUN [NAME]    # the five rewrites as one candidate (about 8.5 min)
 #   bash bench/h200_lcp.sh finish RUN            # findings, open_prs=no, audit (advances a cut run first)
 # The state directory is .devstate/state (ignore it in .git/info/exclude and carry it between
 # calls); missing pure-Python wheels are read from $WHEELS (default state/workspaces/lcp-device/whl).
 # Each step leaves $OUT/state_<step>.tgz (the state directory) and $OUT/log_<step>.txt.
 set -euo pipefail
-step=${1:?start, combine RUN or finish RUN}
+step=${1:?check, start, combine RUN [NAME] or finish RUN}
 wheels=${WHEELS:-state/workspaces/lcp-device/whl}
 if ls "$wheels"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl
@@ -15,15 +16,17 @@ if ls "$wheels"/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 state=.devstate/state
+rewrites=norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout)
 case "$step" in
+  check)   LCP_SCALE=small python3 bench/diag_region_grads.py --rewrites "$rewrites" --dtype fp32 ;;
   start)   rm -rf "$state"
            "${bench[@]}" --tokens 2048,4096,16384 --per-layer-tokens 4096,16384 --warmup 3 --iters 8 \
              --profile-steps 2 --deadline-s 540 --candidate-s 600 --branches '' ;;
   combine) "${bench[@]}" --resume "${2:?RUN}" --deadline-s 540 --candidate-s 60 \
-             --combine norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm \
+             --combine "$rewrites" \
              --combine-branch "${3:-combined}" ;;
   finish)  "${bench[@]}" --resume "${2:?RUN}" --branches '' --finish ;;
   *)       echo "unknown step $step" >&2; exit 2 ;;
 esac 2>&1 | tee "$OUT/log_$step.txt" || echo "step $step failed (see the log); saving the state anyway"
-tar czf "$OUT/state_$step.tgz" .devstate/state
+if [ -d "$state" ]; then tar czf "$OUT/state_$step.tgz" "$state"; fi

@@ -1,8 +1,8 @@
 """Which region zeroes the routed grads in fp32? python diag_fp32_regions.py WORKSPACE [BRANCH] (LCP_SCALE=small)."""
-import os, subprocess, sys, time
-ws = sys.argv[1]; tree = "/tmp/diag_cand"
-subprocess.run(["git", "-C", ws, "worktree", "add", "-f", "--detach", tree, (sys.argv + ["candidate/combined-replay"])[2]], check=False,
-               capture_output=True)
+import os, subprocess, sys, tempfile, time
+ws = sys.argv[1]; tree = tempfile.mkdtemp(prefix="diag_cand_")
+subprocess.run(["git", "-C", ws, "worktree", "add", "-f", "--detach", tree, (sys.argv + ["candidate/combined-replay"])[2]],
+               check=True, capture_output=True)
 sys.path.insert(0, tree)
 import torch
 from phases.local_compile_perf.harness import load_harness
@@ -13,8 +13,8 @@ h = load_harness("examples.moe_layer.harness:build_harness")
 allr = ["router", "mla_qk", "swiglu", "moe_dispatch", "moe_combine", "mlp_swiglu", "rms_norm", "add_rms_norm"]
 allr = [r for r in allr if r in h.spec.all_regions]
 print("regions", allr, "torch", torch.__version__, flush=True)
-variants = {"eager": []} | {"all": allr} | {f"no-{r}": [x for x in allr if x != r] for r in ["moe_combine", "moe_dispatch", "swiglu", "add_rms_norm"]} \
-    | {f"only-{r}": [r] for r in ["moe_combine", "moe_dispatch", "add_rms_norm"]}
+variants = {"eager": []} | {"all": allr} | {f"no-{r}": [x for x in allr if x != r] for r in ["moe_combine", "moe_dispatch", "swiglu", "add_rms_norm"] if r in allr} \
+    | {f"only-{r}": [r] for r in ["moe_combine", "moe_dispatch", "add_rms_norm"] if r in allr}
 for dtype in (torch.float32,):
     for name, regions in variants.items():
         t0 = time.time()
