@@ -7,6 +7,7 @@ main in order (as ``bench_lcp.py --combine`` does), and in that checkout capture
 and every grad with no region, all regions, all but one and each one alone. One line per
 subset: ok, or how many tensors are off by more than the tolerance, with the worst one and
 both norms (a zero grad shows as rel L2 1 and norm 0). Small dims compile in seconds on a GPU.
+Exits 1 when any subset is off, so a device call can stop before a full run.
 """
 
 from __future__ import annotations
@@ -50,10 +51,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="diag_region_grads_") as tmp:
         tree = checkout(args.rewrites.split(","), Path(tmp))
         sys.path.insert(0, str(tree))  # the target's modules come from the checkout
-        report(args)
+        bad = report(args)
+    sys.exit(1 if bad else 0)
 
 
-def report(args: argparse.Namespace) -> None:
+def report(args: argparse.Namespace) -> list[str]:
+    """Print one line per region subset; return the subsets whose grads are off."""
     import torch
 
     from phases.kit.correctness import BF16_ULP_REL_TOL, capture_fwd_bwd, compare_captures
@@ -63,7 +66,7 @@ def report(args: argparse.Namespace) -> None:
     harness = load_harness("examples.moe_layer.harness:build_harness")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"{harness.spec.name} {args.dtype} {args.tokens} tokens on {device}, torch {torch.__version__}", flush=True)
-    reference = None
+    reference, bad = None, []
     for label, regions in subsets(list(harness.spec.all_regions)).items():
         started = time.monotonic()
         torch._dynamo.reset()
@@ -80,10 +83,12 @@ def report(args: argparse.Namespace) -> None:
         if not off:
             print(f"{label:28s} ok {took}", flush=True)
             continue
+        bad.append(label)
         worst = max(off, key=lambda d: d.rel_l2)
         print(f"{label:28s} {len(off)} off; worst {worst.name} rel L2 {worst.rel_l2:.3g} "
               f"(norm {worst.norm:.4g} vs {worst.reference_norm:.4g}) {took}", flush=True)
     harness.bind_regions([])
+    return bad
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #   bash bench/h200_lcp.sh finish RUN            # findings, open_prs=no, audit (advances a cut run first)
 # The state directory is .devstate/state (ignore it in .git/info/exclude and carry it between
 # calls); missing pure-Python wheels are read from $WHEELS (default state/workspaces/lcp-device/whl).
-# Each step leaves $OUT/state_<step>.tgz (the state directory) and $OUT/log_<step>.txt.
+# Each step leaves $OUT/state_<step>.tgz (the state directory) and $OUT/log_<step>.txt, and exits
+# with the step's status, so calls chain: check && start (combine exits 0 on a rejection too).
 set -euo pipefail
 step=${1:?check, start, combine RUN [NAME] or finish RUN}
 wheels=${WHEELS:-state/workspaces/lcp-device/whl}
@@ -18,6 +19,7 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 state=.devstate/state
 rewrites=norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout)
+status=0
 case "$step" in
   check)   LCP_SCALE=small python3 bench/diag_region_grads.py --rewrites "$rewrites" --dtype fp32 ;;
   start)   rm -rf "$state"
@@ -28,5 +30,7 @@ case "$step" in
              --combine-branch "${3:-combined}" ;;
   finish)  "${bench[@]}" --resume "${2:?RUN}" --branches '' --finish ;;
   *)       echo "unknown step $step" >&2; exit 2 ;;
-esac 2>&1 | tee "$OUT/log_$step.txt" || echo "step $step failed (see the log); saving the state anyway"
+esac 2>&1 | tee "$OUT/log_$step.txt" || status=$?
+[ "$status" = 0 ] || echo "step $step failed (exit $status, see the log); saving the state anyway"
 if [ -d "$state" ]; then tar czf "$OUT/state_$step.tgz" "$state"; fi
+exit "$status"
