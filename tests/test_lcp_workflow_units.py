@@ -11,7 +11,7 @@ import pytest
 
 from phases.local_compile_perf import rules
 from phases.local_compile_perf.pr_lint import lint_pr_text
-from tests.conftest import cli, make_repo
+from tests.conftest import ROOT, cli, make_repo
 
 GOOD_PR = """**TLDR:** real RoPE: one kernel instead of seven; 4096 tokens 10.000 -> 9.000 ms per step (-10.0%).
 
@@ -150,3 +150,23 @@ def test_templates_render_with_strict_undefined():
     assert "1. rope" in text and "Dropped (possible gain under the threshold): rms_norm" in text
     with pytest.raises(Exception, match="has no attribute"):
         render_template("phases", "lcp_ranked.md.j2", rank={"tokens": 1})
+
+
+def test_findings_keep_a_rejected_candidates_confirmed_timing():
+    """A rejection at correctness comes after confirmation, so its deltas are listed; one at the
+    graph budget has none. The plan is the H200 run's (bench/results/h200-2026-11-29-s3)."""
+    from orchestrator.context import render_template
+
+    run = json.loads((ROOT / "bench/results/h200-2026-11-29-s3/run/run.json").read_text())
+    confirmed = [{"metric": "wall_ms", "tokens": 2048, "delta_pct": -21.59}, {"metric": "wall_ms", "tokens": 16384,
+                                                                              "delta_pct": -14.4}]
+    rejected = [{"label": "five rewrites", "branch": "candidate/combined-replay", "phase": "correctness", "reason": "fp32",
+                 "numbers": {"confirmed": confirmed}},
+                {"label": "norm only", "branch": "candidate/residual-norm", "phase": "graph_budget", "reason": "7 > 6",
+                 "numbers": {"target": 6}}]
+    summary = {"plan": run["results"]["plan"], "entries": [], "per_tokens": [], "rejected": rejected, "limits": [],
+               "not_tested": [], "feedback": [], "linear": True, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "hbm"}}
+    text = render_template("phases", "lcp_findings.md.j2", s=summary)
+    assert ("- five rewrites (candidate/combined-replay) at correctness: fp32; confirmed first (wall_ms vs the stack, "
+            "median of 3): 2048 tokens -21.6%, 16384 tokens -14.4%\n") in text
+    assert "- norm only (candidate/residual-norm) at graph_budget: 7 > 6\n" in text

@@ -58,8 +58,10 @@ def run(ctx: Any) -> PhaseResult:
     failed = [r for r in table["comparisons"] if not r["ok"]]
     if failed:
         worst = failed[0]
+        # NOTE: its confirmed timing stays with the rejection: a fast but wrong rewrite is worth knowing.
+        confirmed = ctx.results.get("screen_confirm", {}).get("judged", [])
         return reject(ctx, f"{worst['label']}: {worst['worst']} rel L2 {worst['worst_rel_l2']:.3g} > tol "
-                           f"{worst['tolerance']:.3g}", numbers=record)
+                           f"{worst['tolerance']:.3g}", numbers={**record, "confirmed": confirmed})
     return PhaseResult(outcome="passed", summary=f"correctness: {len(table['comparisons'])} comparisons within tol",
                        data=record)
 
