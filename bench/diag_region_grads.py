@@ -4,9 +4,10 @@
 
 Materializes the embedded workspace in a temporary directory, replays the shipped rewrites on
 main in order (as ``bench_lcp.py --combine`` does), and in that checkout captures the output
-and every grad with no region, all regions, all but one and each one alone. One line per
-subset: ok, or how many tensors are off by more than the tolerance, with the worst one and
-both norms (a zero grad shows as rel L2 1 and norm 0). Small dims compile in seconds on a GPU.
+and every grad with no region, all regions, all but one and each one alone, each replaying
+eager's routing (as the correctness phase does). One line per subset: ok, or how many
+tensors are off by more than the tolerance, with the worst one and both norms (a zero grad
+shows as rel L2 1 and norm 0). Small dims compile in seconds on a GPU.
 Exits 1 when any subset is off, so a device call can stop before a full run.
 """
 
@@ -61,22 +62,25 @@ def report(args: argparse.Namespace) -> list[str]:
 
     from phases.kit.correctness import BF16_ULP_REL_TOL, capture_fwd_bwd, compare_captures
     from phases.kit.measure_once import build_tree_workload, resolve_dtype
+    from phases.kit.routing import record_routing, replay_routing
     from phases.local_compile_perf.harness import load_harness
 
     harness = load_harness("examples.moe_layer.harness:build_harness")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"{harness.spec.name} {args.dtype} {args.tokens} tokens on {device}, torch {torch.__version__}", flush=True)
-    reference, bad = None, []
+    reference, routing, bad = None, {}, []
     for label, regions in subsets(list(harness.spec.all_regions)).items():
         started = time.monotonic()
         torch._dynamo.reset()
         tree = "regions:" + ",".join(regions) if regions else "eager"
         workload = build_tree_workload(harness, tree, tokens=args.tokens, device=device,
                                        dtype=resolve_dtype(args.dtype), seed=0)
-        captured = capture_fwd_bwd(workload)
         if reference is None:
-            reference = captured
+            with record_routing(workload.layers) as routing:
+                reference = capture_fwd_bwd(workload)
             continue
+        with replay_routing(workload.layers, routing):
+            captured = capture_fwd_bwd(workload)
         off = [d for d in compare_captures(captured, reference, label=label, tolerance=BF16_ULP_REL_TOL).diffs
                if not d.within]
         took = f"({time.monotonic() - started:.0f} s)"
