@@ -16,6 +16,7 @@ from examples.moe_layer.harness import build_harness  # noqa: E402
 from phases.local_compile_perf.work.traps import (  # noqa: E402
     check_accumulating_grads,
     check_detached_inputs,
+    check_dtype_init,
     check_harness_traps,
     check_precision,
     check_unseeded_state,
@@ -83,7 +84,8 @@ class UnseededBuffer(DetachedInputs):
 
 def test_embedded_harness_passes_every_trap(harness):
     findings = check_harness_traps(harness, tokens=32, device="cpu", target=PROJECT_ROOT)
-    assert [f.trap for f in findings] == ["detached_inputs", "accumulating_grads", "unseeded_state", "precision_mismatch"]
+    assert [f.trap for f in findings] == ["detached_inputs", "accumulating_grads", "unseeded_state", "dtype_init",
+                                          "precision_mismatch"]
     assert all(f.status == "pass" for f in findings), [f.message for f in findings]
 
 
@@ -102,6 +104,25 @@ def test_accumulating_grads_are_caught(harness):
 def test_unseeded_buffer_is_caught(harness):
     finding = check_unseeded_state(UnseededBuffer(harness), **KW)
     assert finding.status == "fail" and "0.noise" in finding.message
+
+
+class DrawsInItsDtype(DetachedInputs):
+    """Weights drawn in the build's own dtype: the seed gives another model in fp64 than in fp32."""
+
+    def build(self, **kw):
+        workload = self.inner.build(**kw)
+        torch.manual_seed(kw["seed"])
+        with torch.no_grad():
+            for p in workload.layers.parameters():
+                p.uniform_(-0.1, 0.1)
+        return workload
+
+
+def test_dtype_dependent_draws_are_caught(harness):
+    assert check_dtype_init(harness, **KW).status == "pass"
+    finding = check_dtype_init(DrawsInItsDtype(harness), **KW)
+    assert finding.status == "fail" and "float64 build are another draw" in finding.message, finding.message
+    assert finding.evidence["max_rel_l2"] > 1.0
 
 
 def test_precision_mismatch_is_caught(harness):

@@ -6,7 +6,8 @@ scale is part of ``spec.name`` ("embedded:dsv3" or "embedded:dsv3-small"). ``LCP
 overrides the EP degree one device stands for (default: the config's, 8 real / 2 small).
 
 Layers: layer 0 is dense, the others are MoE, so the default two layers cover both kinds.
-``build`` sets the trainer's fp32 matmul precision process-wide, as the trainer does.
+``build`` sets the trainer's fp32 matmul precision process-wide, as the trainer does, and
+draws every weight and input in fp32 before casting, so one seed is one model in any dtype.
 """
 
 from __future__ import annotations
@@ -77,11 +78,14 @@ class MoELayerHarness:
         torch.backends.cuda.matmul.fp32_precision = self.spec.fp32_precision
         backend = resolve_expert_backend(dev, dtype)
         torch.manual_seed(seed)
+        # NOTE: drawn in fp32 and cast: seeded draws differ by dtype, and the bf16, fp32 and fp64
+        # builds of one seed must be one model (correctness compares them).
         layers = nn.ModuleList(
-            Block(self.config, kind=kind, backend=backend, device=dev, dtype=dtype)
+            Block(self.config, kind=kind, backend=backend, device=dev, dtype=torch.float32)
             for kind in layer_kinds_for(num_layers)
         )
-        x = torch.randn(tokens, self.config.dim, device=dev, dtype=dtype, requires_grad=True)
+        cast_parameters(layers, dtype)
+        x = torch.randn(tokens, self.config.dim, device=dev).to(dtype).requires_grad_()
         freqs = build_rope_cache(tokens, self.config.qk_rope_head_dim, theta=self.config.rope_theta, device=dev)
         return MoELayerWorkload(layers=layers, x=x, freqs_cis=freqs, backend=backend)
 
@@ -91,6 +95,13 @@ class MoELayerHarness:
     def compile_per_layer(self, workload: MoELayerWorkload) -> None:
         for layer in workload.layers:
             layer.compile()
+
+
+def cast_parameters(module: nn.Module, dtype: torch.dtype) -> None:
+    """Cast every parameter to ``dtype``; buffers keep theirs (the router's bias stays fp32)."""
+    for sub in module.modules():
+        for name, param in list(sub.named_parameters(recurse=False)):
+            setattr(sub, name, nn.Parameter(param.detach().to(dtype)))
 
 
 def resolve_scale(scale: str | None = None) -> Scale:

@@ -179,8 +179,10 @@ class HFDecoderHarness:
         try:
             with torch.device(device):
                 layers = torch.nn.ModuleList(self.layer_cls(self.config, i) for i in self.layer_ids[:num_layers])
+                torch.manual_seed(seed)  # NOTE: constructors draw a dtype-dependent amount; init draws anew
                 init_parameters(layers, std=self.config.initializer_range)
-                hidden = torch.randn(1, tokens, self.config.hidden_size, requires_grad=True)
+                hidden = torch.randn(1, tokens, self.config.hidden_size, dtype=torch.float32).to(dtype)
+                hidden.requires_grad_()
                 position_ids = torch.arange(tokens).unsqueeze(0)
                 cos, sin = self.rotary_cls(self.config)(hidden, position_ids)
         finally:
@@ -197,13 +199,14 @@ class HFDecoderHarness:
 
 
 def init_parameters(layers: Any, *, std: float) -> None:
-    """Seeded init: matrices ~ N(0, std), norm weights 1, other vectors 0."""
+    """Seeded init: matrices ~ N(0, std) drawn in fp32 (so any dtype gets one model), norm weights 1,
+    other vectors 0."""
     import torch
 
     with torch.no_grad():
         for name, p in layers.named_parameters():
             if p.dim() >= 2:
-                p.normal_(0.0, std)
+                p.copy_(torch.empty(p.shape, dtype=torch.float32, device=p.device).normal_(0.0, std))
             else:
                 p.fill_(1.0 if "norm" in name else 0.0)
 

@@ -5,6 +5,8 @@ Each check runs the harness's own code and reports pass or fail with its evidenc
     detached_inputs     inputs are leaves with requires_grad, and a step gives them a grad
     accumulating_grads  a second step leaves fresh grads equal to one step's, not 2x
     unseeded_state      two builds with one seed give bitwise equal params, buffers, inputs
+    dtype_init          the bf16, fp32 and fp64 builds of one seed are one model (up to rounding):
+                        correctness compares them, and seeded draws differ by dtype
     precision_mismatch  the harness's fp32_precision is the target trainer's, and build set it
 
 The worker entry ``run_trap_checks`` loads the harness by reference in the target's
@@ -26,9 +28,13 @@ from phases.local_compile_perf.tree_adapter import resolve_target_fp32_precision
 if TYPE_CHECKING:
     import torch
 
-TrapCode = Literal["detached_inputs", "accumulating_grads", "unseeded_state", "precision_mismatch"]
+TrapCode = Literal["detached_inputs", "accumulating_grads", "unseeded_state", "dtype_init", "precision_mismatch"]
 GRAD_REPEAT_RTOL = 1e-2
 """Relative L2 between two steps' grads above which a grad counts as not repeated."""
+SAME_MODEL_RTOL = 2.0**-7
+"""Relative L2 between two dtypes' builds of one tensor within which they are one model
+(bf16 rounding alone is under 2**-9; two independent draws are about 1.4)."""
+FINGERPRINT_VALUES = 256
 
 
 class TrapFinding(BaseModel):
@@ -144,6 +150,49 @@ def check_unseeded_state(harness: Harness, *, tokens: int, device: str, dtype: "
     return _finding("unseeded_state", problems, "state is a function of the seed", tensors=len(first))
 
 
+def fingerprint(workload: object) -> dict[str, "torch.Tensor"]:
+    """The first values of every parameter and input, in fp64 on the CPU, by name."""
+    import torch
+
+    layers = workload.layers  # type: ignore[attr-defined]
+    named = [*layers.named_parameters(), *((f"input{i}", x) for i, x in enumerate(workload.inputs))]  # type: ignore[attr-defined]
+    return {name: t.detach().flatten()[:FINGERPRINT_VALUES].to("cpu", torch.float64) for name, t in named}
+
+
+def check_dtype_init(harness: Harness, *, tokens: int, device: str, dtype: "torch.dtype") -> TrapFinding:
+    """One seed built in ``dtype`` (the timed one), fp32 and fp64 gives one model: correctness compares them."""
+    import torch
+
+    reference = fingerprint(harness.build(tokens=tokens, device=device, dtype=torch.float32, seed=0))
+    problems, worst, fp64_note = [], 0.0, "built"
+    for other_dtype in (dtype, torch.float64):
+        name = str(other_dtype).removeprefix("torch.")
+        try:
+            other = fingerprint(harness.build(tokens=tokens, device=device, dtype=other_dtype, seed=0))
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            if other_dtype is dtype:
+                raise
+            fp64_note = f"not built here ({str(exc).splitlines()[0][:120]})"
+            continue
+        differ = {}
+        for tensor, values in reference.items():
+            theirs = other.get(tensor)
+            rel = float("inf") if theirs is None or theirs.shape != values.shape else \
+                float((theirs - values).norm() / values.norm().clamp_min(1e-30))
+            worst = max(worst, rel)
+            if rel > SAME_MODEL_RTOL:
+                differ[tensor] = rel
+        if differ:
+            first, rel = next(iter(differ.items()))
+            problems.append(f"{len(differ)} of {len(reference)} tensor(s) of the {name} build are another draw than "
+                            f"the fp32 build's with seed 0 (e.g. {first}: rel L2 {rel:.3g}); the {name} correctness "
+                            "captures would compare another model")
+    if problems:
+        problems.append(f"fix {harness.spec.name}'s build(): draw weights and inputs in fp32, then cast")
+    return _finding("dtype_init", problems, f"bf16, fp32 and fp64 builds of one seed are one model (fp64: {fp64_note})",
+                    max_rel_l2=worst, fp64=fp64_note)
+
+
 def check_precision(harness: Harness, *, target: Path, tokens: int, device: str, dtype: "torch.dtype") -> TrapFinding:
     """The harness's fp32 precision is the trainer's, and build() applies it."""
     import torch
@@ -185,6 +234,7 @@ def check_harness_traps(harness: Harness, *, tokens: int, device: str, target: P
         check_detached_inputs(harness, **kwargs),
         check_accumulating_grads(harness, **kwargs),
         check_unseeded_state(harness, **kwargs),
+        check_dtype_init(harness, **kwargs),
         check_precision(harness, target=target or Path.cwd(), **kwargs),
     ]
 
