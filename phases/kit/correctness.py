@@ -2,11 +2,11 @@
 
 A capture runs one seeded fwd+bwd and keeps CPU copies, in their own dtype, of the output
 and of EVERY grad (each parameter by name, each input), so nothing is judged on the output
-alone; comparisons are computed in fp64. The
-loss is ``out.square().mean()`` computed in fp32 for bf16/fp32 runs (as the training step
-does) and in fp64 for the fp64 reference: a ``.float()`` there would quietly make the
-reference an fp32 one, so the reference run is also watched by a dispatch mode and every
-op whose floating result is not fp64 is reported as a downcast. Candidate vs eager at the
+alone; comparisons are computed in fp64. The loss is ``out.square().mean()`` computed in
+fp32 for bf16/fp32 runs (as the training step does) and in fp64 for the fp64 reference: a
+``.float()`` there would quietly make the reference an fp32 one, so the reference run is
+also watched by a dispatch mode and every op whose floating result is not fp64 is reported
+as a downcast. The builds of every dtype must be one model (the dtype_init trap). Candidate vs eager at the
 same dtype must be within ~1 bf16 ulp (rel L2); against fp64, the candidate's error may
 exceed eager's error by at most that much. Region binding is process-wide, so each side's
 binding is applied right before its own capture.
