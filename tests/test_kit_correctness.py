@@ -82,3 +82,20 @@ def test_check_correctness_of_compiled_regions_on_the_tiny_harness():
     assert res.reference_dtype == "float64" and res.reference_downcasts == ()
     assert all(len(c.diffs) == 8 for c in res.comparisons)
     assert res.ok, [(c.label, c.worst) for c in res.comparisons]
+
+
+def test_one_ulp_perturbation_and_the_noise_band_rule():
+    from phases.kit.correctness import Captured, compare_captures, noise_bands, perturb_one_ulp
+
+    x = torch.randn(1000, dtype=torch.bfloat16)
+    moved = x.clone()
+    perturb_one_ulp(moved, seed=3)
+    up, down = torch.nextafter(x, torch.tensor(float("inf"), dtype=x.dtype)), torch.nextafter(x, torch.tensor(float("-inf"), dtype=x.dtype))
+    assert bool(((moved == up) | (moved == down)).all()) and 300 < int((moved == up).sum()) < 700
+    ref = Captured(tensors={"a": torch.ones(4), "b": torch.ones(4)}, dtype="float32")
+    cand = Captured(tensors={"a": torch.full((4,), 1.02), "b": torch.full((4,), 1.02)}, dtype="float32")
+    wobbly = Captured(tensors={"a": torch.full((4,), 1.03), "b": torch.ones(4)}, dtype="float32")
+    bands = noise_bands(ref, wobbly)
+    assert bands["a"] == pytest.approx(0.03) and bands["b"] == 0.0
+    within = {d.name: d.within for d in compare_captures(cand, ref, label="x", bands=bands).diffs}
+    assert within == {"a": True, "b": False}, "a 2% gap passes only where eager itself moves 3%"

@@ -83,8 +83,13 @@ def rel_l2(a: "torch.Tensor", b: "torch.Tensor") -> float:
     return diff / denom if denom else diff
 
 
-def compare_captures(candidate: Captured, reference: Captured, *, label: str, tolerance: float = BF16_ULP_REL_TOL) -> Comparison:
-    """Rel L2 per tensor, with both norms; a tensor present on one side only is a failing row (inf)."""
+def compare_captures(candidate: Captured, reference: Captured, *, label: str, tolerance: float = BF16_ULP_REL_TOL,
+                     bands: dict[str, float] | None = None) -> Comparison:
+    """Rel L2 per tensor, with both norms; a tensor present on one side only is a failing row (inf).
+
+    A tensor is within when its rel L2 is at most ``tolerance``, or at most its noise band:
+    how far the reference itself moves when its inputs move by one ulp (``noise_bands``).
+    """
     names = sorted(set(candidate.tensors) | set(reference.tensors))
     diffs = []
     for name in names:
@@ -94,8 +99,26 @@ def compare_captures(candidate: Captured, reference: Captured, *, label: str, to
             continue
         diff, norm_a, norm_b = norms(a, b)
         err = diff / norm_b if norm_b else diff
-        diffs.append(TensorDiff(name=name, rel_l2=err, within=err <= tolerance, norm=norm_a, reference_norm=norm_b))
+        band = (bands or {}).get(name)
+        within = err <= tolerance or (band is not None and err <= band)
+        diffs.append(TensorDiff(name=name, rel_l2=err, within=within, norm=norm_a, reference_norm=norm_b,
+                                noise_band=band))
     return Comparison(label=label, tolerance=tolerance, diffs=tuple(diffs))
+
+
+def perturb_one_ulp(t: "torch.Tensor", *, seed: int) -> None:
+    """Move every element of ``t`` one ulp up or down (seeded signs), in place."""
+    import torch
+
+    up = (torch.rand(t.shape, generator=torch.Generator().manual_seed(seed)) < 0.5).to(t.device)
+    with torch.no_grad():
+        t.copy_(torch.where(up, torch.nextafter(t, torch.full_like(t, float("inf"))),
+                            torch.nextafter(t, torch.full_like(t, float("-inf")))))
+
+
+def noise_bands(base: Captured, perturbed: Captured) -> dict[str, float]:
+    """Per tensor, rel L2 between a capture and the same run with its inputs moved by one ulp."""
+    return {name: rel_l2(perturbed.tensors[name], t) for name, t in base.tensors.items() if name in perturbed.tensors}
 
 
 def compare_vs_fp64(candidate: Captured, eager: Captured, fp64: Captured, *, label: str, tolerance: float = BF16_ULP_REL_TOL) -> Comparison:

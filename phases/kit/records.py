@@ -283,6 +283,8 @@ class TensorDiff(Record):
     norm: float | None = None
     """L2 norm of the candidate's tensor (a zero grad shows as rel L2 1.0 and norm 0)."""
     reference_norm: float | None = None
+    noise_band: float | None = None
+    """Rel L2 the reference itself moves by when its inputs move one ulp (the skill's noise band)."""
 
 
 class Comparison(Record):

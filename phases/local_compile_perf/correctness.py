@@ -3,8 +3,9 @@
 The references come from the stack tip's checkout run eager (the code before the change),
 saved to a file; the candidate runs in its own checkout with its regions, in the worker that
 compares (seeded, same shapes; kit correctness): candidate vs eager at the same dtype
-within ~1 bf16 ulp (rel L2), and candidate vs an fp64 eager reference whose error may not
-exceed eager's own by more than that. The candidate replays the reference's routing (kit
+within ~1 bf16 ulp (rel L2) or within the tensor's noise band (how far eager moves when its
+inputs move by one ulp, as the skill compares), and candidate vs an fp64 eager reference
+whose error may not exceed eager's own by more than ~1 ulp. The candidate replays the reference's routing (kit
 routing): otherwise near-tied tokens pick other experts and MoE grads differ by O(1) for a
 reason no rewrite caused. Every tensor's numbers go to an artifact. Ops of the fp64
 reference that ran below fp64 are listed (a ``.float()`` inside the model): the reference

@@ -15,7 +15,7 @@ Each runs inside one checkout (``run_in_checkout`` puts the worker there first):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -102,23 +102,34 @@ class SaveCaptureRequest(CaptureRequest):
     """File the captures are saved to (torch.save)."""
 
 
-def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> tuple[dict[str, dict], tuple[str, ...], dict]:
-    """One seeded fwd+bwd per dtype -> ({dtype: {tensor: CPU copy}}, fp64 downcasts, {dtype: routing}).
+class Captures(NamedTuple):
+    tensors: dict[str, dict]
+    """{dtype: {tensor name: CPU copy}}."""
+    downcasts: tuple[str, ...]
+    routing: dict[str, dict]
+    """{dtype: {router: expert ids}}."""
+    bands: dict[str, dict[str, float]]
+    """{dtype: {tensor name: noise band}}, for the reference's bf16 and fp32 only."""
+
+
+def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> Captures:
+    """One seeded fwd+bwd per dtype, with its routing.
 
     Without ``replay`` (the reference) each dtype's routing is recorded, and fp64 replays
     fp32's (fp64 would pick its own experts for near-tied tokens, and then every grad
-    downstream differs for a reason no candidate caused). With ``replay`` (the candidate)
-    each dtype replays the reference's routing of that dtype (kit routing).
+    downstream differs for a reason no candidate caused); bf16 and fp32 also run once more
+    with their inputs moved by one ulp (same routing), which gives each tensor's noise band.
+    With ``replay`` (the candidate) each dtype replays the reference's routing of that dtype.
     """
     from contextlib import nullcontext
 
-    from phases.kit.correctness import capture_fwd_bwd, capture_watching_dtype
+    from phases.kit.correctness import capture_fwd_bwd, capture_watching_dtype, noise_bands, perturb_one_ulp
     from phases.kit.measure_once import build_tree_workload, resolve_dtype
     from phases.kit.routing import record_routing, replay_routing
     from phases.local_compile_perf.harness import load_harness
 
     harness = load_harness(req.harness)
-    saved, downcasts, routing = {}, (), {}
+    saved, downcasts, routing, bands = {}, (), {}, {}
     for name in req.dtypes:
         tree = "eager" if name == "fp64" else req.tree
         workload = build_tree_workload(harness, tree, tokens=req.tokens, device=req.device,
@@ -133,20 +144,26 @@ def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> tuple
             else:
                 captured = capture_fwd_bwd(workload)
         saved[name], routing[name] = captured.tensors, chosen
+        if replay is None and name != "fp64":
+            for i, x in enumerate(workload.inputs):
+                perturb_one_ulp(x, seed=req.seed + 1 + i)
+            with replay_routing(workload.layers, chosen) if chosen else nullcontext():
+                bands[name] = noise_bands(captured, capture_fwd_bwd(workload))
         del workload, captured
     harness.bind_regions([])
-    return saved, tuple(downcasts), routing
+    return Captures(saved, tuple(downcasts), routing, bands)
 
 
 def capture_worker(request: dict) -> dict:
     """SaveCaptureRequest -> {"file", "tensors", "downcasts", "routers"}; the captures go to ``out``.
 
-    The file holds {dtype: tensors} and "routing": {dtype: {router: expert ids}}."""
+    The file holds {dtype: tensors}, "routing": {dtype: {router: expert ids}} and "bands":
+    {dtype: {tensor: noise band}}."""
     import torch
 
     req = SaveCaptureRequest.model_validate(request)
-    saved, downcasts, routing = capture(req)
-    torch.save({**saved, "routing": routing}, req.out)
+    saved, downcasts, routing, bands = capture(req)
+    torch.save({**saved, "routing": routing, "bands": bands}, req.out)
     return {"file": req.out, "tensors": {k: len(v) for k, v in saved.items()}, "downcasts": list(downcasts),
             "routers": sorted(routing.get("fp32", {}))}
 
@@ -175,12 +192,13 @@ def compare_worker(request: dict) -> dict:
     req = CompareRequest.model_validate(request)
     tol = req.tolerance or BF16_ULP_REL_TOL
     ref = torch.load(req.reference, mmap=True, weights_only=True)
-    cand, _, _ = capture(req.candidate, replay=ref["routing"])
+    cand = capture(req.candidate, replay=ref["routing"]).tensors
     fp64 = Captured(tensors=ref["fp64"], dtype="float64")
     comparisons = []
     for name in ("bf16", "fp32"):
         c, e = Captured(tensors=cand[name], dtype=name), Captured(tensors=ref[name], dtype=name)
-        comparisons.append(compare_captures(c, e, label=f"{name} candidate vs {name} stack eager", tolerance=tol))
+        comparisons.append(compare_captures(c, e, label=f"{name} candidate vs {name} stack eager", tolerance=tol,
+                                            bands=ref["bands"].get(name)))
         comparisons.append(compare_vs_fp64(c, e, fp64, label=f"{name} candidate vs fp64 stack eager "
                                                               f"(error not above {name} eager's + tol)", tolerance=tol))
     return Correctness(comparisons=tuple(comparisons), reference_dtype="float64",
