@@ -60,9 +60,8 @@ def report(args: argparse.Namespace) -> list[str]:
     """Print one line per region subset; return the subsets whose grads are off."""
     import torch
 
-    from phases.kit.correctness import BF16_ULP_REL_TOL, capture_fwd_bwd, compare_captures
+    from phases.kit.correctness import BF16_ULP_REL_TOL, capture_routed, compare_captures
     from phases.kit.measure_once import build_tree_workload, resolve_dtype
-    from phases.kit.routing import record_routing, replay_routing
     from phases.local_compile_perf.harness import load_harness
 
     harness = load_harness("examples.moe_layer.harness:build_harness")
@@ -76,11 +75,9 @@ def report(args: argparse.Namespace) -> list[str]:
         workload = build_tree_workload(harness, tree, tokens=args.tokens, device=device,
                                        dtype=resolve_dtype(args.dtype), seed=0)
         if reference is None:
-            with record_routing(workload.layers) as routing:
-                reference = capture_fwd_bwd(workload)
+            reference, _, routing = capture_routed(workload)
             continue
-        with replay_routing(workload.layers, routing):
-            captured = capture_fwd_bwd(workload)
+        captured = capture_routed(workload, replay=routing)[0]
         off = [d for d in compare_captures(captured, reference, label=label, tolerance=BF16_ULP_REL_TOL).diffs
                if not d.within]
         took = f"({time.monotonic() - started:.0f} s)"

@@ -186,10 +186,30 @@ def capture_watching_dtype(workload: "Workload") -> tuple[Captured, tuple[str, .
     return captured, tuple(sorted(seen))
 
 
+def capture_routed(
+    workload: "Workload", *, replay: dict | None = None, watch: bool = False
+) -> tuple[Captured, tuple[str, ...], dict]:
+    """Capture (watching for downcasts when ``watch``) with ``replay``'s routing held, if any.
+
+    Returns:
+        (captured, downcasts, the expert ids each router chose), see kit routing.
+    """
+    from contextlib import nullcontext
+
+    from phases.kit.routing import record_routing, replay_routing
+
+    with replay_routing(workload.layers, replay) if replay else nullcontext(), \
+            record_routing(workload.layers) as chosen:
+        captured, downcasts = capture_watching_dtype(workload) if watch else (capture_fwd_bwd(workload), ())
+    return captured, downcasts, chosen
+
+
 def check_correctness(
     harness: "Harness", *, candidate_tree: str, tokens: int, device: str, seed: int = 0, num_layers: int = 2
 ) -> Correctness:
     """Candidate tree vs eager in bf16 and fp32, and both vs an fp64 eager reference.
+
+    The candidate replays eager's routing of its dtype, and fp64 replays fp32's (kit routing).
 
     Args:
         harness: the target's harness (regions are bound here, process-wide).
@@ -204,14 +224,17 @@ def check_correctness(
 
     from phases.kit.measure_once import build_tree_workload
 
-    def capture(tree: str, dtype: "torch.dtype", watch: bool = False) -> Any:
+    def capture(tree: str, dtype: "torch.dtype", replay: dict | None = None, watch: bool = False) -> Any:
         wl = build_tree_workload(harness, tree, tokens=tokens, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
-        return capture_watching_dtype(wl) if watch else capture_fwd_bwd(wl)
+        return capture_routed(wl, replay=replay, watch=watch)
 
-    fp64, downcasts = capture("eager", torch.float64, watch=True)
-    comparisons = []
+    pairs = {}
     for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        eager, cand = capture("eager", dtype), capture(candidate_tree, dtype)
+        eager, _, routing = capture("eager", dtype)
+        pairs[name] = (eager, capture(candidate_tree, dtype, replay=routing)[0], routing)
+    fp64, downcasts, _ = capture("eager", torch.float64, replay=pairs["fp32"][2], watch=True)
+    comparisons = []
+    for name, (eager, cand, _) in pairs.items():
         comparisons.append(compare_captures(cand, eager, label=f"{name} {candidate_tree} vs {name} eager"))
         comparisons.append(compare_vs_fp64(cand, eager, fp64, label=f"{name} {candidate_tree} vs fp64 eager (error not above {name} eager's + tol)"))
     harness.bind_regions([])

@@ -121,11 +121,8 @@ def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> Captu
     with their inputs moved by one ulp (same routing), which gives each tensor's noise band.
     With ``replay`` (the candidate) each dtype replays the reference's routing of that dtype.
     """
-    from contextlib import nullcontext
-
-    from phases.kit.correctness import capture_fwd_bwd, capture_watching_dtype, noise_bands, perturb_one_ulp
+    from phases.kit.correctness import capture_routed, noise_bands, perturb_one_ulp
     from phases.kit.measure_once import build_tree_workload, resolve_dtype
-    from phases.kit.routing import record_routing, replay_routing
     from phases.local_compile_perf.harness import load_harness
 
     harness = load_harness(req.harness)
@@ -138,17 +135,14 @@ def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> Captu
             ids = replay.get(name)
         else:
             ids = routing.get("fp32") if name == "fp64" else None
-        with replay_routing(workload.layers, ids) if ids else nullcontext(), record_routing(workload.layers) as chosen:
-            if name == "fp64":
-                captured, downcasts = capture_watching_dtype(workload)
-            else:
-                captured = capture_fwd_bwd(workload)
+        captured, found, chosen = capture_routed(workload, replay=ids, watch=name == "fp64")
+        if name == "fp64":
+            downcasts = found
         saved[name], routing[name] = captured.tensors, chosen
         if replay is None and name != "fp64":
             for i, x in enumerate(workload.inputs):
                 perturb_one_ulp(x, seed=req.seed + 1 + i)
-            with replay_routing(workload.layers, chosen) if chosen else nullcontext():
-                bands[name] = noise_bands(captured, capture_fwd_bwd(workload))
+            bands[name] = noise_bands(captured, capture_routed(workload, replay=chosen)[0])
         del workload, captured
     harness.bind_regions([])
     return Captures(saved, tuple(downcasts), routing, bands)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from phases.kit.correctness import rel_l2
 from phases.local_compile_perf.harness import Harness, HarnessSpecRecord, load_harness
 from phases.local_compile_perf.tree_adapter import resolve_target_fp32_precision
 
@@ -177,8 +178,7 @@ def check_dtype_init(harness: Harness, *, tokens: int, device: str, dtype: "torc
         differ = {}
         for tensor, values in reference.items():
             theirs = other.get(tensor)
-            rel = float("inf") if theirs is None or theirs.shape != values.shape else \
-                float((theirs - values).norm() / values.norm().clamp_min(1e-30))
+            rel = float("inf") if theirs is None else rel_l2(theirs, values)
             worst = max(worst, rel)
             if rel > SAME_MODEL_RTOL:
                 differ[tensor] = rel
