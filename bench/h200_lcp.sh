@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call of the embedded local-compile-perf run on the H200 (see bench/bench_lcp.py).
 #   bash bench/h200_lcp.sh check                 # grads of every region subset vs eager, fp32, small dims (about 1 min)
-#   bash bench/h200_lcp.sh start                 # plan .. rank (about 410 s)
-#   bash bench/h200_lcp.sh combine RUN [NAME]    # the five rewrites as one candidate (about 8.5 min)
-#   bash bench/h200_lcp.sh finish RUN            # findings, open_prs=no, audit (advances a cut run first)
+#   bash bench/h200_lcp.sh start                 # plan .. rank (about 400 s)
+#   bash bench/h200_lcp.sh combine RUN [NAME]    # the five rewrites as one candidate; graph budget and
+#                                                # confirmation fit in 540 s, correctness (about 210 s) may not
+#   bash bench/h200_lcp.sh finish RUN            # advances a cut phase first, then findings, open_prs=no, audit
 # The state directory is .devstate/state (ignore it in .git/info/exclude and carry it between
 # calls); missing pure-Python wheels are read from $WHEELS (default state/workspaces/lcp-device/whl).
 # Each step leaves $OUT/state_<step>.tgz (the state directory) and $OUT/log_<step>.txt, and exits
