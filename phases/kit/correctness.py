@@ -6,16 +6,17 @@ alone; comparisons are computed in fp64. The loss is ``out.square().mean()`` com
 fp32 for bf16/fp32 runs (as the training step does) and in fp64 for the fp64 reference: a
 ``.float()`` there would quietly make the reference an fp32 one, so the reference run is
 also watched by a dispatch mode and every op whose floating result is not fp64 is reported
-as a downcast. The builds of every dtype must be one model (the dtype_init trap). Candidate vs eager at the
-same dtype must be within ~1 bf16 ulp (rel L2); against fp64, the candidate's error may
-exceed eager's error by at most that much. Region binding is process-wide, so each side's
+as a downcast. The builds of every dtype must be one model (the dtype_init trap). Candidate
+vs eager at the same dtype must be within ~1 bf16 ulp (rel L2) or within the tensor's noise
+band (how far eager moves when its inputs move by one ulp); against fp64, the candidate's
+error may exceed eager's error by at most ~1 ulp. The candidate replays eager's routing. Region binding is process-wide, so each side's
 binding is applied right before its own capture.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -80,6 +81,10 @@ def norms(a: "torch.Tensor", b: "torch.Tensor") -> tuple[float, float, float]:
 def rel_l2(a: "torch.Tensor", b: "torch.Tensor") -> float:
     """||a - b|| / ||b|| in fp64 (||a|| when b is all zeros, so an all-zero pair gives 0)."""
     diff, _, denom = norms(a, b)
+    return _relative(diff, denom)
+
+
+def _relative(diff: float, denom: float) -> float:
     return diff / denom if denom else diff
 
 
@@ -98,7 +103,7 @@ def compare_captures(candidate: Captured, reference: Captured, *, label: str, to
             diffs.append(TensorDiff(name=name, rel_l2=float("inf"), within=False))
             continue
         diff, norm_a, norm_b = norms(a, b)
-        err = diff / norm_b if norm_b else diff
+        err = _relative(diff, norm_b)
         band = (bands or {}).get(name)
         within = err <= tolerance or (band is not None and err <= band)
         diffs.append(TensorDiff(name=name, rel_l2=err, within=within, norm=norm_a, reference_norm=norm_b,
@@ -204,12 +209,69 @@ def capture_routed(
     return captured, downcasts, chosen
 
 
+class DtypeCaptures(NamedTuple):
+    """One seeded fwd+bwd per dtype name ("bf16", "fp32", "fp64"), with its routing."""
+
+    tensors: dict[str, dict[str, "torch.Tensor"]]
+    """{dtype: {tensor name: CPU copy}}."""
+    downcasts: tuple[str, ...]
+    """Ops of the fp64 capture whose results were not fp64."""
+    routing: dict[str, dict]
+    """{dtype: {router: expert ids}}."""
+    bands: dict[str, dict[str, float]]
+    """{dtype: {tensor name: noise band}}, for a reference's bf16 and fp32."""
+
+
+def capture_dtypes(build: Callable[[str], "Workload"], dtypes: Sequence[str], *, replay: dict[str, dict] | None = None,
+                   seed: int = 0) -> DtypeCaptures:
+    """Capture ``build(dtype)`` for each dtype name; the reference when ``replay`` is None.
+
+    The reference records each dtype's routing, and fp64 replays fp32's (fp64 would pick its
+    own experts for near-tied tokens, and every grad downstream would then differ for a reason
+    no candidate caused); bf16 and fp32 run once more with their inputs moved by one ulp (same
+    routing), which gives each tensor's noise band. A candidate (``replay`` given) replays the
+    reference's routing of each dtype. fp64 is watched for downcasts.
+    """
+    tensors, downcasts, routing, bands = {}, (), {}, {}
+    for name in dtypes:
+        workload = build(name)
+        ids = replay.get(name) if replay is not None else routing.get("fp32") if name == "fp64" else None
+        captured, found, chosen = capture_routed(workload, replay=ids, watch=name == "fp64")
+        if name == "fp64":
+            downcasts = found
+        tensors[name], routing[name] = captured.tensors, chosen
+        if replay is None and name != "fp64":
+            for i, x in enumerate(workload.inputs):
+                perturb_one_ulp(x, seed=seed + 1 + i)
+            bands[name] = noise_bands(captured, capture_routed(workload, replay=chosen)[0])
+        del workload, captured  # NOTE: at real dims one workload's grads are GBs of device memory
+    return DtypeCaptures(tensors, tuple(downcasts), routing, bands)
+
+
+def compare_dtypes(candidate: dict[str, dict], reference: DtypeCaptures, *, names: tuple[str, str],
+                   tolerance: float = BF16_ULP_REL_TOL) -> tuple[Comparison, ...]:
+    """Per dtype of ``candidate``: vs the reference's same dtype (with its noise bands), and vs its fp64.
+
+    ``names`` = (candidate, reference) as the labels say them, e.g. ("candidate", "stack eager").
+    """
+    fp64 = Captured(tensors=reference.tensors["fp64"], dtype="float64")
+    cand_name, ref_name = names
+    comparisons = []
+    for name, tensors in candidate.items():
+        c, e = Captured(tensors=tensors, dtype=name), Captured(tensors=reference.tensors[name], dtype=name)
+        comparisons.append(compare_captures(c, e, label=f"{name} {cand_name} vs {name} {ref_name}", tolerance=tolerance,
+                                            bands=reference.bands.get(name)))
+        comparisons.append(compare_vs_fp64(c, e, fp64, tolerance=tolerance, label=f"{name} {cand_name} vs fp64 "
+                                           f"{ref_name} (error not above {name} eager's + tol)"))
+    return tuple(comparisons)
+
+
 def check_correctness(
     harness: "Harness", *, candidate_tree: str, tokens: int, device: str, seed: int = 0, num_layers: int = 2
 ) -> Correctness:
-    """Candidate tree vs eager in bf16 and fp32, and both vs an fp64 eager reference.
+    """Candidate tree vs eager in bf16 and fp32, and both vs an fp64 eager reference, in one process.
 
-    The candidate replays eager's routing of its dtype, and fp64 replays fp32's (kit routing).
+    The same captures and rules as the correctness phase (``capture_dtypes``, ``compare_dtypes``).
 
     Args:
         harness: the target's harness (regions are bound here, process-wide).
@@ -220,25 +282,18 @@ def check_correctness(
         Correctness: 2 same-dtype comparisons, 2 vs-fp64 comparisons, downcasts found in
         the fp64 reference.
     """
-    import torch
+    from phases.kit.measure_once import build_tree_workload, resolve_dtype
 
-    from phases.kit.measure_once import build_tree_workload
+    def builder(tree: str) -> Callable[[str], "Workload"]:
+        return lambda name: build_tree_workload(harness, "eager" if name == "fp64" else tree, tokens=tokens,
+                                                device=device, dtype=resolve_dtype(name), seed=seed,
+                                                num_layers=num_layers)
 
-    def capture(tree: str, dtype: "torch.dtype", replay: dict | None = None, watch: bool = False) -> Any:
-        wl = build_tree_workload(harness, tree, tokens=tokens, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
-        return capture_routed(wl, replay=replay, watch=watch)
-
-    pairs = {}
-    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        eager, _, routing = capture("eager", dtype)
-        pairs[name] = (eager, capture(candidate_tree, dtype, replay=routing)[0], routing)
-    fp64, downcasts, _ = capture("eager", torch.float64, replay=pairs["fp32"][2], watch=True)
-    comparisons = []
-    for name, (eager, cand, _) in pairs.items():
-        comparisons.append(compare_captures(cand, eager, label=f"{name} {candidate_tree} vs {name} eager"))
-        comparisons.append(compare_vs_fp64(cand, eager, fp64, label=f"{name} {candidate_tree} vs fp64 eager (error not above {name} eager's + tol)"))
+    reference = capture_dtypes(builder("eager"), ("bf16", "fp32", "fp64"), seed=seed)
+    candidate = capture_dtypes(builder(candidate_tree), ("bf16", "fp32"), replay=reference.routing, seed=seed)
     harness.bind_regions([])
-    return Correctness(comparisons=tuple(comparisons), reference_dtype="float64", reference_downcasts=downcasts, seed=seed)
+    return Correctness(comparisons=compare_dtypes(candidate.tensors, reference, names=(candidate_tree, "eager")),
+                       reference_dtype="float64", reference_downcasts=reference.downcasts, seed=seed)
 
 
 class CorrectnessRequest(BaseModel):

@@ -15,9 +15,12 @@ Each runs inside one checkout (``run_in_checkout`` puts the worker there first):
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from phases.kit.correctness import DtypeCaptures
 
 
 class BudgetRequest(BaseModel):
@@ -102,50 +105,21 @@ class SaveCaptureRequest(CaptureRequest):
     """File the captures are saved to (torch.save)."""
 
 
-class Captures(NamedTuple):
-    tensors: dict[str, dict]
-    """{dtype: {tensor name: CPU copy}}."""
-    downcasts: tuple[str, ...]
-    routing: dict[str, dict]
-    """{dtype: {router: expert ids}}."""
-    bands: dict[str, dict[str, float]]
-    """{dtype: {tensor name: noise band}}, for the reference's bf16 and fp32 only."""
-
-
-def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> Captures:
-    """One seeded fwd+bwd per dtype, with its routing.
-
-    Without ``replay`` (the reference) each dtype's routing is recorded, and fp64 replays
-    fp32's (fp64 would pick its own experts for near-tied tokens, and then every grad
-    downstream differs for a reason no candidate caused); bf16 and fp32 also run once more
-    with their inputs moved by one ulp (same routing), which gives each tensor's noise band.
-    With ``replay`` (the candidate) each dtype replays the reference's routing of that dtype.
-    """
-    from phases.kit.correctness import capture_routed, noise_bands, perturb_one_ulp
+def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> DtypeCaptures:
+    """``req.tree`` per dtype (fp64 runs eager): the reference, or a candidate replaying ``replay``."""
+    from phases.kit.correctness import capture_dtypes
     from phases.kit.measure_once import build_tree_workload, resolve_dtype
     from phases.local_compile_perf.harness import load_harness
 
     harness = load_harness(req.harness)
-    saved, downcasts, routing, bands = {}, (), {}, {}
-    for name in req.dtypes:
-        tree = "eager" if name == "fp64" else req.tree
-        workload = build_tree_workload(harness, tree, tokens=req.tokens, device=req.device,
-                                       dtype=resolve_dtype(name), seed=req.seed)
-        if replay is not None:
-            ids = replay.get(name)
-        else:
-            ids = routing.get("fp32") if name == "fp64" else None
-        captured, found, chosen = capture_routed(workload, replay=ids, watch=name == "fp64")
-        if name == "fp64":
-            downcasts = found
-        saved[name], routing[name] = captured.tensors, chosen
-        if replay is None and name != "fp64":
-            for i, x in enumerate(workload.inputs):
-                perturb_one_ulp(x, seed=req.seed + 1 + i)
-            bands[name] = noise_bands(captured, capture_routed(workload, replay=chosen)[0])
-        del workload, captured
+
+    def build(name: str) -> Any:
+        return build_tree_workload(harness, "eager" if name == "fp64" else req.tree, tokens=req.tokens,
+                                   device=req.device, dtype=resolve_dtype(name), seed=req.seed)
+
+    captures = capture_dtypes(build, req.dtypes, replay=replay, seed=req.seed)
     harness.bind_regions([])
-    return Captures(saved, tuple(downcasts), routing, bands)
+    return captures
 
 
 def capture_worker(request: dict) -> dict:
@@ -180,20 +154,15 @@ def compare_worker(request: dict) -> dict:
     tens of GB, and the reference is read memory-mapped."""
     import torch
 
-    from phases.kit.correctness import BF16_ULP_REL_TOL, Captured, compare_captures, compare_vs_fp64
+    from phases.kit.correctness import BF16_ULP_REL_TOL, DtypeCaptures, compare_dtypes
     from phases.kit.records import Correctness
 
     req = CompareRequest.model_validate(request)
-    tol = req.tolerance or BF16_ULP_REL_TOL
-    ref = torch.load(req.reference, mmap=True, weights_only=True)
-    cand = capture(req.candidate, replay=ref["routing"]).tensors
-    fp64 = Captured(tensors=ref["fp64"], dtype="float64")
-    comparisons = []
-    for name in ("bf16", "fp32"):
-        c, e = Captured(tensors=cand[name], dtype=name), Captured(tensors=ref[name], dtype=name)
-        comparisons.append(compare_captures(c, e, label=f"{name} candidate vs {name} stack eager", tolerance=tol,
-                                            bands=ref["bands"].get(name)))
-        comparisons.append(compare_vs_fp64(c, e, fp64, label=f"{name} candidate vs fp64 stack eager "
-                                                              f"(error not above {name} eager's + tol)", tolerance=tol))
-    return Correctness(comparisons=tuple(comparisons), reference_dtype="float64",
-                       reference_downcasts=req.downcasts, seed=req.candidate.seed).model_dump(mode="json")
+    saved = torch.load(req.reference, mmap=True, weights_only=True)
+    reference = DtypeCaptures(tensors={k: saved[k] for k in ("bf16", "fp32", "fp64")}, downcasts=req.downcasts,
+                              routing=saved["routing"], bands=saved["bands"])
+    candidate = capture(req.candidate, replay=reference.routing)
+    comparisons = compare_dtypes(candidate.tensors, reference, names=("candidate", "stack eager"),
+                                 tolerance=req.tolerance or BF16_ULP_REL_TOL)
+    return Correctness(comparisons=comparisons, reference_dtype="float64", reference_downcasts=req.downcasts,
+                       seed=req.candidate.seed).model_dump(mode="json")
