@@ -189,7 +189,8 @@ def check_dtype_init(harness: Harness, *, tokens: int, device: str, dtype: "torc
                             "captures would compare another model")
     if problems:
         problems.append(f"fix {harness.spec.name}'s build(): draw weights and inputs in fp32, then cast")
-    return _finding("dtype_init", problems, f"bf16, fp32 and fp64 builds of one seed are one model (fp64: {fp64_note})",
+    timed = str(dtype).removeprefix("torch.")
+    return _finding("dtype_init", problems, f"{timed}, fp32 and fp64 builds of one seed are one model (fp64: {fp64_note})",
                     max_rel_l2=worst, fp64=fp64_note)
 
 
