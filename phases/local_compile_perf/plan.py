@@ -200,13 +200,10 @@ def probe_inventory(target: Path, *, kind: str) -> dict[str, Any]:
 
 
 def _embedded_regions(target: Path) -> list[str]:
-    from phases.local_compile_perf.tree_adapter import _REGION_DECL
+    from phases.local_compile_perf.tree_adapter import list_region_declarations
 
-    hits = []
-    for path in sorted((target / "examples").rglob("*.py")):
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            hits += [f"{m.group(1)} ({path.relative_to(target)}:{number})" for m in _REGION_DECL.finditer(line)]
-    return hits
+    files = sorted((target / "examples").rglob("*.py"))
+    return [f"{h.value} ({h.path}:{h.line})" for h in list_region_declarations(target, files)]
 
 
 def _stop_no_api(ctx: Any, inventory: dict[str, Any]) -> PhaseResult:

@@ -18,13 +18,12 @@ from typing import Any
 
 import git
 
-from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, read_embedded_settings
+from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, declared_region_names, read_embedded_settings
 
 BOT = git.Actor("orchestrator", "orchestrator@localhost")
 SHARED_DEFAULT_FILES = ("examples/moe_layer/local_compile.py", "torchtitan/distributed/local_compile.py",
                         "torchtitan/config/job_config.py")
 """Files holding region machinery or defaults shared by every model: never where a region is enabled."""
-_REGION_DECL = re.compile(r"""@local_compile\(\s*["']([\w.-]+)["']""")
 _RECIPE_LINE = re.compile(r"^(UPSTREAM_REGIONS\s*:\s*tuple\[str, \.\.\.\]\s*=\s*)\((.*)\)\s*$", re.M)
 
 
@@ -62,7 +61,7 @@ def declared_regions(checkout: Path, files: list[str]) -> tuple[str, ...]:
     for rel in files:
         path = checkout / rel
         if path.is_file() and path.suffix == ".py":
-            names += _REGION_DECL.findall(path.read_text(errors="replace"))
+            names += [name for name, _line in declared_region_names(path.read_text(errors="replace"))]
     return tuple(dict.fromkeys(names))
 
 
