@@ -119,6 +119,10 @@ class OpenRun:
         apply_event(self.state, event)
         return event
 
+    def read_events(self) -> list[dict[str, Any]]:
+        """Every event of this run so far (each append is flushed, so the file is complete)."""
+        return parse_trail(self.dir / EVENTS)
+
     def write_artifact_file(self, name: str, content: str | bytes) -> tuple[str, str, int]:
         """Write artifacts/<name> atomically; returns (name, sha256, size). Records nothing."""
         name = check_artifact_name(name)

@@ -202,7 +202,7 @@ class Workflow:
 
 BUILTIN_WORKFLOWS = {
     "add-moe-model": "phases.add_moe_model.workflow:WORKFLOW",
-    "local-compile-perf": "phases.local_compile_perf:WORKFLOW",
+    "local-compile-perf": "phases.local_compile_perf.workflow:WORKFLOW",
 }
 
 

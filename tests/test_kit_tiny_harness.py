@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from phases.local_compile_perf.harness import HarnessSpec, fwd_bwd_step, load_harness
+from phases.kit.harness import HarnessSpec, fwd_bwd_step, load_harness
 
 DIM = 32
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -127,7 +126,7 @@ def test_dtype_dependent_draws_are_caught(harness):
 
 def test_precision_mismatch_is_caught(harness):
     wrong = build_harness(scale="small")
-    wrong.spec = dataclasses.replace(wrong.spec, fp32_precision="ieee")
+    wrong.spec = wrong.spec.model_copy(update={"fp32_precision": "ieee"})
     finding = check_precision(wrong, target=PROJECT_ROOT, **KW)
     assert finding.status == "fail" and "trainer sets 'tf32'" in finding.message
 

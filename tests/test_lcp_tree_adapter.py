@@ -112,7 +112,7 @@ def test_not_a_tree_names_the_path(tmp_path):
 def test_engine_side_modules_import_no_torch():
     code = (
         "import sys\n"
-        "import phases.local_compile_perf.harness, phases.local_compile_perf.workspace, "
+        "import phases.kit.harness, phases.local_compile_perf.workspace, "
         "phases.local_compile_perf.tree_adapter\n"
         "print('torch' in sys.modules)\n"
     )

@@ -90,7 +90,7 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     settings = subprocess.run(["git", "-C", str(target), "show", f"{entry['branch']}:examples/moe_layer/trainer_settings.py"],
                               capture_output=True, text=True).stdout
     assert '"router", "swiglu"' in settings
-    assert not list((state / "worktrees").rglob("*.pt")), "correctness captures left on disk"
+    assert not list((state / "scratch").rglob("*.pt")), "correctness captures left on disk"
     (checked,) = [r for r in snapshot["records"]["correctness"] if r["candidate"] == verdicts["narrow scores"]["id"]]
     assert checked["routing_replayed"] == ["1.ffn.router"]
     table = (run_dir / "artifacts" / checked["artifact"]).read_text()

@@ -106,7 +106,7 @@ def test_timing_ruling_differs_on_gpu_and_host_timer():
     win = judge(row(1, [10.0, 10.1, 9.9]), row(1, [9.0, 9.1, 8.9]))
     noise = judge(row(2, [10.0, 12.0, 8.0]), row(2, [9.5, 9.6, 9.4]))
     loss = judge(row(3, [10.0, 10.1, 9.9]), row(3, [11.0, 11.1, 10.9]))
-    assert [win["verdict"], noise["verdict"], loss["verdict"]] == ["win", "neutral", "loss"]
+    assert [win.verdict, noise.verdict, loss.verdict] == ["win", "neutral", "loss"]
     assert not rule_on_timing([win, noise, loss], cuda=True)["ok"]
     assert rule_on_timing([win, noise, loss], cuda=False)["ok"]
     host = rule_on_timing([loss, loss, win], cuda=False)

@@ -99,5 +99,10 @@ def record_cells(ctx: Any, rows: list[dict[str, Any]], *, purpose: str) -> None:
                         "launch": "cuda_graph_replay" if name == "replay_ms" else "normal"})
 
 
+def slim(row: dict[str, Any]) -> dict[str, Any]:
+    """The row without bulky provenance (that is in the measurement events)."""
+    return {k: v for k, v in row.items() if k not in ("provenance", "spec")}
+
+
 def cell(rows: list[dict[str, Any]], variant: str, tokens: int) -> dict[str, Any] | None:
     return next((r for r in rows if r["variant"] == variant and r["tokens"] == tokens), None)

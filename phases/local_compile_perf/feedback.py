@@ -8,17 +8,15 @@ item is written to ``skill_feedback.md`` and noted once as a ``skill_feedback`` 
 
 from __future__ import annotations
 
-from typing import Any
-
-from orchestrator.phase_api import PhaseResult
-from phases.local_compile_perf.devlog import log
+from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.local_compile_perf.devlog import log, renders_devlog
 
 
-def collect_feedback(ctx: Any) -> list[dict[str, str]]:
+def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
     """Proposed additions to the skill, each {kind, text, repro}."""
     records = ctx.state["records"]
-    items = [{"kind": "agent note", "text": e["text"], "repro": ""}
-             for e in records.get("devlog", []) if e["kind"] == "skill_feedback"]
+    items = [{"kind": "agent note", "text": n["text"], "repro": ""}
+             for n in ctx.notes() if n["kind"] == "skill_feedback" and n["actor"] != "engine"]
     for verdict in records.get("candidate_verdict", []):
         if verdict["phase"] == "graph_budget":
             items.append({"kind": "compile limit" if not verdict["numbers"] or verdict["numbers"].get("limit_hit")
@@ -36,7 +34,8 @@ def collect_feedback(ctx: Any) -> list[dict[str, str]]:
     return items
 
 
-def run(ctx: Any) -> PhaseResult:
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
     items = collect_feedback(ctx)
     ctx.write_artifact("skill_feedback.md", ctx.render("lcp_feedback.md.j2", items=items, run_id=ctx.run_id))
     for item in items:

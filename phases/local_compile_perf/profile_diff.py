@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.phase_api import PhaseResult
-from phases.local_compile_perf.devlog import log
+from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.local_compile_perf.devlog import log, renders_devlog
 
 SYMPTOMS = {
     "cat/copy": "cat/copy kernels in glue: producer + cat + consumer in one region; try both cat lowerings (pattern 2)",
@@ -37,7 +37,8 @@ def diff_rows(base: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any
              "delta_ms": a.get(f, 0.0) - b.get(f, 0.0), "symptom": SYMPTOMS.get(f, "")} for f in fams]
 
 
-def run(ctx: Any) -> PhaseResult:
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
     rows = [r for r in ctx.results["baselines"]["rows"] if r["status"] == "measured"]
     tables, diffs = [], []
     for tokens in sorted({r["tokens"] for r in rows}):
