@@ -170,3 +170,42 @@ def test_findings_keep_a_rejected_candidates_confirmed_timing():
     assert ("- five rewrites (candidate/combined-replay) at correctness: fp32; confirmed first (wall_ms vs the stack, "
             "median of 3): 2048 tokens -21.6%, 16384 tokens -14.4%\n") in text
     assert "- norm only (candidate/residual-norm) at graph_budget: 7 > 6\n" in text
+
+
+def test_sizes_default_by_device_and_options_win():
+    from phases.local_compile_perf.plan import CPU_SIZES, resolve_sizes
+
+    unset = {"tokens": None, "per_layer_tokens": (), "warmup": None, "iters": None, "profile_steps": None, "runs": 3}
+    cuda = resolve_sizes(unset, "cuda")
+    assert cuda.tokens == (2048, 4096, 16384) == cuda.per_layer_tokens  # the skill's sizes stay the CUDA defaults
+    assert (cuda.timing.warmup, cuda.timing.iters, cuda.timing.profile_steps) == (5, 20, 5)
+    cpu = resolve_sizes(unset, "cpu")
+    assert cpu == CPU_SIZES and cpu.source == "cpu defaults" and "2 cores" in cpu.why
+    assert max(cpu.tokens) < 2048 and set(cpu.per_layer_tokens) < set(cpu.tokens) and cpu.timing.iters < 20
+    mixed = resolve_sizes({**unset, "tokens": (8, 16, 32), "iters": 3}, "cpu")
+    assert mixed.tokens == (8, 16, 32) == mixed.per_layer_tokens and mixed.timing.iters == 3
+    assert mixed.timing.warmup == CPU_SIZES.timing.warmup and mixed.source == "cpu defaults"
+    given = resolve_sizes({**unset, "tokens": (8, 16, 32), "per_layer_tokens": (16,), "warmup": 1, "iters": 3,
+                           "profile_steps": 1}, "cuda")
+    assert given.source == "given" and given.per_layer_tokens == (16,)
+
+
+def test_per_layer_tokens_need_explicit_tokens(tmp_path):
+    result = cli("start", "local-compile-perf", "--target", "embedded", "--per-layer-tokens", "512",
+                 state_dir=tmp_path / "s")
+    assert result.returncode == 2 and "--per-layer-tokens needs --tokens" in result.stderr
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
+
+
+def test_eta_from_the_steps_done():
+    from orchestrator.progress import Eta
+
+    now = [100.0]
+    eta = Eta(4, clock=lambda: now[0])
+    assert eta.describe() == "step 1 of 4, ETA after the first step"
+    now[0] += 30
+    eta.step_done()
+    assert eta.describe() == "step 2 of 4, ETA 1m30s"
+    now[0] += 3570
+    eta.step_done()
+    assert eta.describe() == "step 3 of 4, ETA 1h00m"
