@@ -62,8 +62,8 @@ def _variant_runs(results: list[dict | None]) -> dict:
 def test_a_cell_is_cited_only_when_every_fresh_process_measured_it():
     # a RESULT without the cell's token count did not measure what was asked: the cell is FAILED
     (cell,) = build_cells(_variant_runs([{"16": {}}, {"32": {}}, None]), runs=3)
-    assert cell["status"] == "failed" and cell["runs_ok"] == 0 and "3 of 3 fresh processes FAILED" in cell["reason"]
-    assert [f["index"] for f in cell["failed"]] == [2]
+    assert cell.status == "failed" and cell.runs_ok == 0 and "3 of 3 fresh processes FAILED" in cell.reason
+    assert [f["index"] for f in cell.failed] == [2]
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host has nvidia-smi")

@@ -11,12 +11,11 @@ compile at token counts left out by ``--per-layer-tokens``.
 
 from __future__ import annotations
 
-from typing import Any
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
-from phases.local_compile_perf.confirmed import build_cells, record_cells, slim
+from phases.local_compile_perf.confirmed import build_cells, record_cells
 from phases.local_compile_perf.devlog import log, renders_devlog
-from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.records import Baselines, Cell, Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.work.traps import TrapRequest
 
@@ -40,18 +39,19 @@ def run(ctx: PhaseContext) -> PhaseResult:
     answer = ctx.call_worker(CONFIRM, confirm_request(ctx, plan).model_dump(mode="json"), label="baselines")
     rows = build_cells(answer, runs=plan.sizes.runs) + not_applicable_rows(plan)
     record_cells(ctx, rows, purpose="baseline")
-    broken = [r for r in rows if r["status"] == "failed"]
+    broken = [r for r in rows if r.status == "failed"]
     for row in rows:
         log(ctx, describe_row(row), kind="measurement")
     ctx.write_artifact("baselines.md", ctx.render("lcp_baselines.md.j2", plan=plan, rows=rows, traps=traps,
                                                   runs=plan.sizes.runs, gpu_poll=answer["gpu_poll"]))
-    data = {"traps": traps, "rows": [slim(r) for r in rows], "gpu_poll": answer["gpu_poll"], "orders": answer["orders"]}
+    data = Baselines(traps=traps, rows=tuple(r.slim() for r in rows), gpu_poll=answer["gpu_poll"],
+                     orders=answer["orders"]).model_dump(mode="json")
     if broken:
         return PhaseResult(outcome="failed", summary=f"baselines: {len(broken)} cell(s) FAILED", data=data,
-                           issues=tuple(Issue(code="baseline_failed", message=f"{r['variant']} at {r['tokens']}: "
-                                              f"{r['reason']}; see the worker log", fix_location=plan.harness)
+                           issues=tuple(Issue(code="baseline_failed", message=f"{r.variant} at {r.tokens}: "
+                                              f"{r.reason}; see the worker log", fix_location=plan.harness)
                                         for r in broken))
-    return PhaseResult(outcome="passed", summary=f"baselines: {sum(r['status'] == 'measured' for r in rows)} cells "
+    return PhaseResult(outcome="passed", summary=f"baselines: {sum(r.status == 'measured' for r in rows)} cells "
                                                  f"measured, {plan.sizes.runs} fresh processes each", data=data)
 
 
@@ -71,23 +71,23 @@ def confirm_request(ctx: PhaseContext, plan: Plan) -> ConfirmRequest:
                           timing=plan.timing)
 
 
-def not_applicable_rows(plan: Plan) -> list[dict[str, Any]]:
+def not_applicable_rows(plan: Plan) -> list[Cell]:
     rows = []
     if plan.kind == "hf":
-        rows += [{"variant": "upstream", "tree": "upstream", "tokens": t, "status": "not_applicable",
-                  "reason": "an HF harness has no regions: only eager vs per-layer compile"} for t in plan.tokens]
+        rows += [Cell(variant="upstream", tree="upstream", tokens=t, status="not_applicable",
+                      reason="an HF harness has no regions: only eager vs per-layer compile") for t in plan.tokens]
     per_layer = list(plan.sizes.per_layer_tokens)
     skipped = [t for t in plan.tokens if t not in per_layer]
-    rows += [{"variant": "per_layer", "tree": "per_layer", "tokens": t, "status": "not_applicable",
-              "reason": f"per-layer compile measured at {per_layer} only ({plan.sizes.source}): "
-                        "its cold compile per shape does not fit this host's budget"} for t in skipped]
+    rows += [Cell(variant="per_layer", tree="per_layer", tokens=t, status="not_applicable",
+                  reason=f"per-layer compile measured at {per_layer} only ({plan.sizes.source}): "
+                         "its cold compile per shape does not fit this host's budget") for t in skipped]
     return rows
 
 
-def describe_row(row: dict[str, Any]) -> str:
-    if row["status"] != "measured":
-        return f"{row['variant']} at {row['tokens']} tokens: {row['status']} ({row['reason']})"
-    c = row["cited"]
+def describe_row(row: Cell) -> str:
+    if row.status != "measured":
+        return f"{row.variant} at {row.tokens} tokens: {row.status} ({row.reason})"
+    c = row.cited
     replay = f", replay {c['replay_ms']:.3f} ms" if "replay_ms" in c else ", replay n/a"
-    return (f"{row['variant']} at {row['tokens']} tokens: wall {c['wall_ms']:.3f} ms{replay}, kernel "
-            f"{c['kernel_ms']:.3f} ms, glue {c['glue_ms']:.3f} ms (median of {row['runs_ok']} fresh processes)")
+    return (f"{row.variant} at {row.tokens} tokens: wall {c['wall_ms']:.3f} ms{replay}, kernel "
+            f"{c['kernel_ms']:.3f} ms, glue {c['glue_ms']:.3f} ms (median of {row.runs_ok} fresh processes)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Baselines
 
 
 def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
@@ -28,8 +29,8 @@ def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
                       "text": f"the fp64 reference is partly fp32 when the model upcasts with .float(): {len(downcasts)} "
                               f"op(s) such as {downcasts[0]}; the skill's 'no .float() inside' check needs a "
                               "dtype-following form (x.to(torch.promote_types(x.dtype, torch.float32)))"})
-    not_applicable = sorted({r["reason"] for r in ctx.results.get("baselines", {}).get("rows", [])
-                             if r["status"] == "not_applicable"})
+    rows = ctx.result("baselines", Baselines).rows if "baselines" in ctx.results else ()
+    not_applicable = sorted({r.reason for r in rows if r.status == "not_applicable"})
     items += [{"kind": "harness gap", "text": reason, "repro": ""} for reason in not_applicable]
     return items
 

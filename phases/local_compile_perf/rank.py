@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log, renders_devlog
-from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.confirmed import measured
+from phases.local_compile_perf.records import Baselines, Plan
 
 
 def layer_ms_at(ctx: PhaseContext, tokens: int) -> float:
-    row = next(r for r in ctx.results["baselines"]["rows"]
-               if r["variant"] == "eager" and r["tokens"] == tokens and r["status"] == "measured")
-    return row["cited"]["wall_ms"]
+    row = measured(ctx.result("baselines", Baselines).rows, "eager", tokens)
+    if row is None:
+        raise ValueError(f"rank: no measured eager cell at {tokens} tokens to take the layer time from")
+    return row.cited["wall_ms"]
 
 
 @renders_devlog

@@ -126,3 +126,50 @@ class Judgement(Record):
     noise_band_pct: float
     """The larger spread of the two cells' fresh-process samples (kit spread_pct_of)."""
     verdict: Literal["win", "neutral", "loss"]
+
+
+class Cell(Record):
+    """One (variant, tokens) cell of a fresh-process confirmation: cited medians with every sample."""
+
+    variant: str
+    """E.g. "eager", "upstream", "per_layer", "stack", "candidate"."""
+    tree: str
+    tokens: int
+    status: Literal["measured", "failed", "not_applicable"]
+    reason: str = ""
+    """Why a cell is failed or not applicable ("" when measured)."""
+    checkout: str = ""
+    runs_ok: int = 0
+    runs_asked: int = 0
+    foreign_pids: tuple[int, ...] = ()
+    """GPU compute processes seen during its runs that were not theirs."""
+    failed: tuple[dict[str, Any], ...] = ()
+    """{index, returncode, log_tail} of each FAILED fresh process."""
+    samples: dict[str, tuple[float, ...]] = {}
+    """Per metric (wall_ms, replay_ms, kernel_ms, glue_ms): one value per fresh process."""
+    cited: dict[str, float] = {}
+    """Per metric: the median of its samples, the number the docs cite."""
+    not_applicable: dict[str, str] = {}
+    kernel_count: float | None = None
+    families: tuple[dict[str, Any], ...] = ()
+    """Kernel families of the first process: {family, count_per_step, ms_per_step}."""
+    regions: tuple[str, ...] = ()
+    peak_gib: float | None = None
+    compile_ms: tuple[float | None, ...] = ()
+    provenance: dict[str, Any] | None = None
+    """Command, device, versions, commit (None in the slim copies phases hand on)."""
+    spec: dict[str, Any] | None = None
+    candidate_id: str | None = None
+
+    def slim(self) -> "Cell":
+        """The cell without its bulky provenance (that is in the measurement events)."""
+        return self.model_copy(update={"provenance": None, "spec": None})
+
+
+class Baselines(Record):
+    """The baselines phase's answer: trap findings and every cell of the three trees."""
+
+    traps: dict[str, Any]
+    rows: tuple[Cell, ...]
+    gpu_poll: str
+    orders: tuple[tuple[str, ...], ...]

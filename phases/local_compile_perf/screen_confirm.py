@@ -19,9 +19,9 @@ from typing import Any
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.records import spread_pct_of
 from phases.local_compile_perf.candidates import IN_CHECKOUT, current, in_checkout, reject
-from phases.local_compile_perf.confirmed import build_cells, cell, record_cells, slim
+from phases.local_compile_perf.confirmed import build_cells, cell, record_cells
 from phases.local_compile_perf.devlog import log, renders_devlog
-from phases.local_compile_perf.records import Candidate, Judgement, Plan
+from phases.local_compile_perf.records import Candidate, Cell, Judgement, Plan
 from phases.local_compile_perf.work.candidate_checks import ScreenRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 
@@ -29,13 +29,13 @@ SCREEN = "phases.local_compile_perf.work.candidate_checks:screen_worker"
 CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
 
 
-def judge(stack: dict[str, Any], cand: dict[str, Any], metric: str = "wall_ms") -> Judgement:
+def judge(stack: Cell, cand: Cell, metric: str = "wall_ms") -> Judgement:
     """win / neutral / loss at one token count from two cited cells."""
-    a, b = stack["cited"][metric], cand["cited"][metric]
-    band = max(spread_pct_of(tuple(stack["samples"][metric])), spread_pct_of(tuple(cand["samples"][metric])))
+    a, b = stack.cited[metric], cand.cited[metric]
+    band = max(spread_pct_of(stack.samples[metric]), spread_pct_of(cand.samples[metric]))
     delta = (b - a) / a * 100
     verdict = "win" if delta < -band else "loss" if delta > band else "neutral"
-    return Judgement(tokens=stack["tokens"], metric=metric, stack=a, candidate=b, delta_pct=delta,
+    return Judgement(tokens=stack.tokens, metric=metric, stack=a, candidate=b, delta_pct=delta,
                      noise_band_pct=band, verdict=verdict)
 
 
@@ -44,14 +44,14 @@ def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
     medians = screen(ctx, plan, cand)
     rows = confirm(ctx, plan, cand)
-    numbers: dict[str, Any] = {"screen_medians_ms": medians, "rows": [slim(r) for r in rows]}
-    broken = [r for r in rows if r["status"] != "measured"]
+    numbers: dict[str, Any] = {"screen_medians_ms": medians, "rows": [r.slim().model_dump(mode="json") for r in rows]}
+    broken = [r for r in rows if r.status != "measured"]
     if broken:
-        return reject(ctx, cand, f"{len(broken)} confirmation cell(s) FAILED ({broken[0]['variant']} at "
-                                 f"{broken[0]['tokens']}): see the worker log", numbers=numbers)
+        return reject(ctx, cand, f"{len(broken)} confirmation cell(s) FAILED ({broken[0].variant} at "
+                                 f"{broken[0].tokens}): see the worker log", numbers=numbers)
     judged = [judge(cell(rows, "stack", t), cell(rows, "candidate", t)) for t in plan.tokens]
     replay = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), "replay_ms") for t in plan.tokens
-              if "replay_ms" in cell(rows, "stack", t)["cited"]]
+              if "replay_ms" in cell(rows, "stack", t).cited]
     numbers |= {"judged": [j.model_dump() for j in judged], "replay": [j.model_dump() for j in replay]}
     for j in judged + replay:
         log(ctx, f"confirm {cand.label!r} at {j.tokens} tokens ({j.metric}): stack {j.stack:.3f} -> "
@@ -76,7 +76,7 @@ def screen(ctx: PhaseContext, plan: Plan, cand: Candidate) -> dict[str, float]:
     return medians
 
 
-def confirm(ctx: PhaseContext, plan: Plan, cand: Candidate) -> list[dict[str, Any]]:
+def confirm(ctx: PhaseContext, plan: Plan, cand: Candidate) -> list[Cell]:
     """Cited cells: the stack tip vs the candidate, ``runs`` fresh processes each, interleaved."""
     prepared = cand.prepared
     variants = (Variant(name="stack", checkout=prepared.stack_checkout, tree="upstream", tokens=plan.tokens),
@@ -87,7 +87,7 @@ def confirm(ctx: PhaseContext, plan: Plan, cand: Candidate) -> list[dict[str, An
     answer = ctx.call_worker(CONFIRM, request.model_dump(mode="json"), label="confirm")
     rows = build_cells(answer, runs=plan.sizes.runs)
     record_cells(ctx, rows, purpose=f"confirm {cand.id}")
-    return [{**row, "candidate_id": cand.id} for row in rows]
+    return [row.model_copy(update={"candidate_id": cand.id}) for row in rows]
 
 
 def rule_on_timing(judged: Sequence[Judgement], *, cuda: bool) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from typing import Any
 from orchestrator.phase_api import PhaseContext
 from phases.kit.ideal import ideal_ms
 from phases.local_compile_perf.candidates import IN_CHECKOUT, in_checkout
-from phases.local_compile_perf.confirmed import build_cells, cell, record_cells, slim
-from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.records import Cell, Plan
 from phases.local_compile_perf.stack import add_detached_worktree, recipe_regions, remove_worktree
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
@@ -56,17 +56,16 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     finally:
         remove_worktree(ctx.target, path)
     blockers = [n["text"] for n in ctx.notes() if n["text"].startswith("blocker:")]
-    record = {"commit": tip, "tokens": list(tokens), "regions": list(regions), "rows": [slim(r) for r in rows],
+    record = {"commit": tip, "tokens": list(tokens), "regions": list(regions), "rows": [r.slim().model_dump(mode="json") for r in rows],
               "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
               "ops": [judge_op(op, bandwidth_tbs, blockers) for op in ops]}
     ctx.add_record("stack_code", record)
     return record
 
 
-def compare_trees(rows: list[dict[str, Any]], tokens: int) -> dict[str, Any]:
+def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:
     """Cited wall and glue of the three trees at ``tokens``, and what the comparison says."""
-    cited = {name: (c["cited"] if (c := cell(rows, name, tokens)) and c["status"] == "measured" else None)
-             for name, _where, _tree in TREES}
+    cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None) for name, _where, _tree in TREES}
     out: dict[str, Any] = {"tokens": tokens, **cited, "reading": "not measured (a cell FAILED: see the worker log)"}
     if None in cited.values():
         return out
