@@ -102,8 +102,8 @@ def test_timing_ruling_differs_on_gpu_and_host_timer():
     from phases.local_compile_perf.screen_confirm import judge, rule_on_timing
 
     def row(t, samples):
-        return Cell(variant="v", tree="eager", tokens=t, status="measured", cited={"wall_ms": statistics.median(samples)},
-                    samples={"wall_ms": samples})
+        return Cell(variant="v", tree="eager", tokens=t, status="measured",
+                    cited={"wall_ms": statistics.median(samples)}, samples={"wall_ms": samples})
 
     win = judge(row(1, [10.0, 10.1, 9.9]), row(1, [9.0, 9.1, 8.9]))
     noise = judge(row(2, [10.0, 12.0, 8.0]), row(2, [9.5, 9.6, 9.4]))

@@ -47,7 +47,8 @@ def in_checkout(checkout: str, func: str, request: BaseModel) -> dict[str, Any]:
     """The IN_CHECKOUT worker's request: run ``func`` with ``request`` inside ``checkout``."""
     from phases.local_compile_perf.work.checkout import InCheckoutRequest
 
-    return InCheckoutRequest(checkout=checkout, func=func, request=request.model_dump(mode="json")).model_dump(mode="json")
+    wrapped = InCheckoutRequest(checkout=checkout, func=func, request=request.model_dump(mode="json"))
+    return wrapped.model_dump(mode="json")
 
 
 def current(ctx: PhaseContext) -> Candidate:

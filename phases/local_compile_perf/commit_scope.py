@@ -42,10 +42,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
               **scope, "judged": confirm["judged"], "replay": confirm["replay"], "confirm_rows": confirm["rows"],
               "correctness": ctx.results["correctness"]["comparisons"], "graphs": ctx.results["graph_budget"]["graphs"]}
     ctx.add_record("stack_entry", record)
-    ctx.add_record("candidate_verdict", {"id": cand.id, "branch": cand.branch, "label": cand.label,
-                                         "verdict": "validated", "phase": ctx.phase,
-                                         "reason": confirm["ruling"]["reason"], "numbers": {"judged": confirm["judged"]},
-                                         "kept_branch": entry["branch"]})
+    ctx.add_record("candidate_verdict", {
+        "id": cand.id, "branch": cand.branch, "label": cand.label, "verdict": "validated", "phase": ctx.phase,
+        "reason": confirm["ruling"]["reason"], "numbers": {"judged": confirm["judged"]}, "kept_branch": entry["branch"]})
     log(ctx, f"committed {cand.label!r} as {entry['branch']} ({entry['commit'][:10]} on {previous[:10]}, linear "
              f"{entry['linear']}); regions {regions} enabled in {recipe_edit or 'the branch itself'}; "
              f"reaching recipes: {scope['reaching_recipes'] or ['none found']}", kind="decision")

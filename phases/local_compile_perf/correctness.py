@@ -56,7 +56,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
         downcasts=table["reference_downcasts"], comparisons=comparisons))
     for row in table["comparisons"]:
         log(ctx, f"correctness of {cand.label!r}: {row['label']}: worst {row['worst']} rel L2 "
-                 f"{row['worst_rel_l2']:.3g} (tol {row['tolerance']:.3g}, {row['tensors']} tensors): {'ok' if row['ok'] else 'FAIL'}",
+                 f"{row['worst_rel_l2']:.3g} (tol {row['tolerance']:.3g}, {row['tensors']} tensors): "
+                 f"{'ok' if row['ok'] else 'FAIL'}",
             kind="measurement")
     record = {"candidate": cand.id, "tokens": tokens, **table, "not_covered": NOT_COVERED}
     ctx.add_record("correctness", record)

@@ -121,7 +121,8 @@ def resolve_sizes(options: dict[str, Any], device: str) -> Sizes:
     knobs = {k: options[k] for k in ("warmup", "iters", "profile_steps") if options.get(k) is not None}
     given = options.get("tokens") is not None and len(knobs) == 3 and bool(options.get("per_layer_tokens"))
     tokens = tuple(options["tokens"]) if options.get("tokens") is not None else base.tokens
-    per_layer = tuple(options.get("per_layer_tokens") or ()) or (tokens if options.get("tokens") else base.per_layer_tokens)
+    per_layer = tuple(options.get("per_layer_tokens") or ()) or (
+        tokens if options.get("tokens") else base.per_layer_tokens)
     return Sizes(tokens=tokens, per_layer_tokens=per_layer, timing=base.timing.model_copy(update=knobs),
                  runs=options["runs"], source="given" if given else base.source,
                  why="as given" if given else base.why)

@@ -66,8 +66,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
 def screen(ctx: PhaseContext, plan: Plan, cand: Candidate) -> dict[str, float]:
     """Ranking only: one process, stack regions vs with the candidate's, rotated; medians per variant."""
     prepared = cand.prepared
+    middle = sorted(plan.tokens)[len(plan.tokens) // 2]
     request = ScreenRequest(harness=plan.harness, device=plan.device, base_regions=prepared.stack_regions,
-                            candidate_regions=tuple(prepared.tree_regions), tokens=sorted(plan.tokens)[len(plan.tokens) // 2],
+                            candidate_regions=tuple(prepared.tree_regions), tokens=middle,
                             iters=max(3, plan.timing.iters // 4))
     answer = ctx.call_worker(IN_CHECKOUT, in_checkout(prepared.candidate_checkout, SCREEN, request), label="screen")
     medians = {k: statistics.median(v) for k, v in answer["samples_ms"].items()}

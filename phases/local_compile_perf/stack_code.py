@@ -56,8 +56,8 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     finally:
         remove_worktree(ctx.target, path)
     blockers = [n["text"] for n in ctx.notes() if n["text"].startswith("blocker:")]
-    record = {"commit": tip, "tokens": list(tokens), "regions": list(regions), "rows": [r.slim().model_dump(mode="json") for r in rows],
-              "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
+    record = {"commit": tip, "tokens": list(tokens), "regions": list(regions),
+              "rows": [r.slim().model_dump(mode="json") for r in rows], "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
               "ops": [judge_op(op, bandwidth_tbs, blockers) for op in ops]}
     ctx.add_record("stack_code", record)
     return record
