@@ -22,8 +22,8 @@ import git
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.records import PreparedCandidate
 from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, declared_region_names, read_embedded_settings
+from phases.local_compile_perf.workspace import BOT
 
-BOT = git.Actor("orchestrator", "orchestrator@localhost")
 SHARED_DEFAULT_FILES = ("examples/moe_layer/local_compile.py", "torchtitan/distributed/local_compile.py",
                         "torchtitan/config/job_config.py")
 """Files holding region machinery or defaults shared by every model: never where a region is enabled."""
