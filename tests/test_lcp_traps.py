@@ -135,7 +135,7 @@ def test_precision_mismatch_is_caught(harness):
 def test_worker_entry_in_the_workspace(tmp_path):
     """run_trap_checks in a fresh process with the workspace as target (cwd, first on sys.path)."""
     ws = materialize_embedded_workspace(tmp_path / "state")
-    request = json.dumps({"harness": "examples.moe_layer.harness:build_harness", "tokens": 32})
+    request = json.dumps({"harness": "examples.moe_layer.harness:build_harness", "tokens": 32, "device": "cpu"})
     code = (
         "import json, sys\n"
         "from phases.local_compile_perf.work.traps import run_trap_checks\n"

@@ -67,7 +67,7 @@ def reject(ctx: PhaseContext, cand: Candidate, reason: str, *, numbers: dict[str
     ctx.add_record("candidate_verdict", record)
     log(ctx, f"dead end: candidate {cand.label!r} ({cand.branch}) rejected at {ctx.phase}: {reason}",
         kind="dead_end")
-    return PhaseResult(outcome="passed", summary=f"{ctx.phase}: rejected {cand['label']!r}: {reason}",
+    return PhaseResult(outcome="passed", summary=f"{ctx.phase}: rejected {cand.label!r}: {reason}",
                        data={"verdict": record}, route="rejected")
 
 
