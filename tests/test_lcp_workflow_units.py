@@ -211,3 +211,16 @@ def test_eta_from_the_steps_done():
     now[0] += 3570
     eta.step_done()
     assert eta.describe() == "step 3 of 4, ETA 1h00m"
+
+
+def test_what_blocks_a_glue_op_names_its_evidence():
+    from phases.local_compile_perf.stack_code import blocker_text
+
+    common = {"notes": [], "per_call_ms": 1.0, "floor_ms": 0.1}
+    assert blocker_text(compiled=True, ratio=1.2, traffic=9.0, **common) == ""
+    assert blocker_text(compiled=False, ratio=9.0, traffic=9.0, **common).startswith("not compiled in the stack")
+    assert blocker_text(compiled=True, ratio=9.0, traffic=9.0, **common).startswith("the bytes, likely")
+    assert blocker_text(compiled=True, ratio=9.0, traffic=1.1, **common).startswith("the kernel")
+    overhead = blocker_text(compiled=True, ratio=9.0, traffic=9.0, notes=["blocker: rope: the cat"], per_call_ms=0.2,
+                            floor_ms=0.1)
+    assert overhead.startswith("call overhead") and overhead.endswith("; blocker: rope: the cat")

@@ -29,6 +29,8 @@ CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
 GLUE = "phases.local_compile_perf.work.glue:measure_glue_worker"
 REACHED_RATIO = 1.5
 """An op within this factor of its ideal time counts as reached."""
+FLOOR_FACTOR = 3.0
+"""An op whose call costs under this many compiled no-op calls is set by call overhead."""
 TREES = (("per_layer_main", "main", "per_layer"), ("regions_stack", "stack", "upstream"),
          ("per_layer_stack", "stack", "per_layer"))
 
@@ -52,13 +54,16 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
         regions = recipe_regions(path)
         glue = GlueRequest(harness=plan.harness, device=plan.device, tokens=max(plan.tokens), regions=regions,
                            timing=plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)}))
-        ops = ctx.call_worker(IN_CHECKOUT, in_checkout(str(path), GLUE, glue), label="stack glue ops")["ops"]
+        answer = ctx.call_worker(IN_CHECKOUT, in_checkout(str(path), GLUE, glue), label="stack glue ops")
     finally:
         remove_worktree(ctx.target, path)
     blockers = [n["text"] for n in ctx.notes() if n["text"].startswith("blocker:")]
+    floor = answer["call_floor_ms"]
+    ops = [judge_op(op, bandwidth_tbs, blockers, floor_ms=floor) for op in answer["ops"]]
     record = {"commit": tip, "tokens": list(tokens), "regions": list(regions),
-              "rows": [r.slim().model_dump(mode="json") for r in rows], "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
-              "ops": [judge_op(op, bandwidth_tbs, blockers) for op in ops]}
+              "rows": [r.slim().model_dump(mode="json") for r in rows],
+              "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
+              "call_floor_ms": floor, "ops": ops}
     ctx.add_record("stack_code", record)
     return record
 
@@ -76,7 +81,8 @@ def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:
     return out
 
 
-def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str]) -> dict[str, Any]:
+def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str], *,
+             floor_ms: float | None) -> dict[str, Any]:
     """One glue op as the stack runs it against its ideal time, and what keeps it from there."""
     calls = op["calls_per_step"]
     samples = op["fwdbwd_ms"] or op["fwd_ms"]
@@ -92,20 +98,29 @@ def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str]) -> d
     notes = [b for b in blockers if op["region"] in b]
     return {"op": op["op"], "region": op["region"], "compiled": op["compiled"], "measured_ms": measured,
             "ideal_ms": ideal, "ratio": ratio, "eager_traffic_ratio": traffic,
-            "blocker": blocker_text(compiled=op["compiled"], ratio=ratio, traffic=traffic, notes=notes)}
+            "blocker": blocker_text(compiled=op["compiled"], ratio=ratio, traffic=traffic, notes=notes,
+                                    per_call_ms=statistics.median(samples), floor_ms=floor_ms)}
 
 
-def blocker_text(*, compiled: bool, ratio: float, traffic: float, notes: list[str]) -> str:
-    """What the numbers say blocks an op from its ideal ("" when it is within REACHED_RATIO)."""
+def blocker_text(*, compiled: bool, ratio: float, traffic: float, notes: list[str], per_call_ms: float,
+                 floor_ms: float | None) -> str:
+    """What the numbers say keeps an op from its ideal ("" when it is within REACHED_RATIO).
+
+    The engine cannot see inside a kernel, so each reason names its evidence and where to look.
+    """
     if ratio <= REACHED_RATIO:
         return ""
     if not compiled:
         reason = "not compiled in the stack: it runs eager (no region of the stack takes it)"
+    elif floor_ms is not None and per_call_ms < FLOOR_FACTOR * floor_ms:
+        reason = (f"call overhead: one call takes {per_call_ms:.4f} ms and a compiled one-element add "
+                  f"{floor_ms:.4f} ms here, so launch and dispatch set its time, not its bytes: a larger region "
+                  "(fused with its neighbours) or CUDA-graph replay is the way down")
     elif traffic > REACHED_RATIO:
-        reason = (f"the bytes: its eager ops move {traffic:.1f}x the boundary bytes and the compiled region is still "
-                  f"{ratio:.1f}x its ideal, so the compiler did not fuse it into one pass: look for a split kernel "
-                  "or a graph break in the region's kernel table")
+        reason = (f"the bytes, likely: its eager ops move {traffic:.1f}x the boundary bytes and compiled it is still "
+                  f"{ratio:.1f}x its ideal, as if the kernels kept the intermediate traffic: read the region's "
+                  "kernel table for a split kernel or a graph break")
     else:
-        reason = (f"the kernel: the traffic is already the boundary bytes ({traffic:.1f}x), yet it takes {ratio:.1f}x "
-                  "its ideal: launch and dispatch cost or a kernel that does not reach bandwidth at these sizes")
+        reason = (f"the kernel: its eager traffic is already the boundary bytes ({traffic:.1f}x), yet it takes "
+                  f"{ratio:.1f}x its ideal: a kernel that does not reach bandwidth at these sizes")
     return "; ".join([reason, *notes])

@@ -57,6 +57,9 @@ class GlueResponse(BaseModel):
     timer: str
     ops: tuple[GlueOp, ...]
     regions_found: tuple[str, ...]
+    call_floor_ms: float | None = None
+    """Median time of one compiled call that does almost nothing (a one-element add), fwd+bwd,
+    when regions were bound: what a compiled call costs here whatever its bytes."""
     provenance: dict[str, Any]
 
 
@@ -135,6 +138,20 @@ def measure_glue_op(op: str, region: str, entry: dict[str, Any], slot: Any, *,
                   eager_bytes=sum_bytes(record_op_bytes(eager, *args)), compiled=slot.compiled is not None)
 
 
+def measure_call_floor(*, device: str, warmup: int, iters: int) -> float:
+    """fwd+bwd of a compiled one-element add: the per-call floor under which bytes do not matter."""
+    import statistics
+
+    import torch
+
+    from phases.kit.timing import measure_step
+
+    tiny = torch.compile(lambda x: x + 1, fullgraph=True)
+    x = torch.ones(1, device=device, requires_grad=True)
+    timing = measure_step(lambda: tiny(x).sum().backward(), warmup=warmup, iters=iters, device=device)
+    return statistics.median(timing.samples_ms)
+
+
 def measure_glue_worker(request: dict) -> dict:
     """Worker entry: GlueRequest -> GlueResponse (see the module docstring)."""
     from orchestrator.progress import Eta, report
@@ -164,9 +181,11 @@ def measure_glue_worker(request: dict) -> dict:
                                    warmup=req.timing.warmup, iters=req.timing.iters))
         eta.step_done()
     harness.bind_regions([])
+    floor = measure_call_floor(device=req.device, warmup=req.timing.warmup, iters=req.timing.iters) \
+        if req.regions else None
     return GlueResponse(
         tokens=req.tokens, device=req.device, timer="cuda_events" if req.device.startswith("cuda") else "host",
-        ops=tuple(ops), regions_found=tuple(sorted(slots)),
+        ops=tuple(ops), regions_found=tuple(sorted(slots)), call_floor_ms=floor,
         provenance=collect_provenance(command=f"measure_glue_worker {req.model_dump_json()}", seed=req.seed,
                                       target=Path.cwd()),
     ).model_dump(mode="json")
