@@ -161,8 +161,10 @@ def advance_cmd(settings: _Settings, run_id: str, max_phases: int | None) -> int
 @command(main, "resume")
 @click.argument("run_id")
 @click.option("--answer", "answers", multiple=True, metavar="KEY=VALUE", help="Answer a pending question.")
-def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...]) -> int:
-    """Answer pending questions of RUN (validated first), then advance."""
+@click.option("--results", metavar="DIR", default=None,
+              help="Hand back the current phase's work run elsewhere (e.g. a job's logs).")
+def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], results: str | None) -> int:
+    """Answer pending questions of RUN (validated first), hand back results, then advance."""
     from orchestrator import engine
 
     parsed = {}
@@ -171,7 +173,8 @@ def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...]) -> in
         if not sep or not key:
             raise UsageError(f"--answer {item!r} must look like KEY=VALUE")
         parsed[key.strip()] = value
-    outcome = engine.resume(run_id, parsed, store=settings.store(), progress=settings.progress())
+    outcome = engine.resume(run_id, parsed, store=settings.store(), progress=settings.progress(),
+                            results=Path(results) if results else None)
     return _print_outcome(settings, outcome)
 
 

@@ -70,11 +70,19 @@ def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None
 
 def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str = "human",
            tool_call_id: str | None = None, progress: Progress = lambda _: None,
-           advance_after: bool = True) -> Outcome:
-    """Validate every answer first (nothing written if one is bad), record them, advance."""
+           advance_after: bool = True, results: Path | None = None) -> Outcome:
+    """Validate every answer first (nothing written if one is bad), record them, advance.
+
+    ``results``: a directory of the current phase's work run elsewhere, read by the phase's
+    ``results`` hook; what it yields is recorded as the human's before the answers.
+    """
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
+        handback = read_results(run.state, results) if results is not None else None
+        answers = {**(handback.answers if handback else {}), **answers}
         parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
+        if handback is not None:
+            record_handback(run, handback)
         for key, value in parsed.items():
             run.append(ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id),
                        actor=actor, phase=run.state["phase"])
@@ -83,6 +91,31 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
             return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
         workflow = load_workflow(run.state["workflow"])
         return drive_open_run(run, workflow, progress=progress, max_phases=None)
+
+
+def read_results(state: dict[str, Any], directory: Path) -> Any:
+    """The current phase's ``HandBack`` for ``directory``; UsageError when it takes none (nothing written)."""
+    from orchestrator.workflow import resolve_ref
+
+    if state["phase"] == DONE:
+        raise UsageError(f"run {state['run_id']} waits in no phase; it takes no results")
+    spec = load_workflow(state["workflow"]).phase(state["phase"])
+    if not spec.results:
+        raise UsageError(f"phase {spec.name} of run {state['run_id']} takes no handed-back results")
+    if not Path(directory).is_dir():
+        raise UsageError(f"--results {directory}: not a directory")
+    return resolve_ref(spec.results)(state, Path(directory))
+
+
+def record_handback(run: OpenRun, handback: Any) -> None:
+    """Artifacts, records and a note of a hand-back, all as the human's."""
+    ctx = EngineContext(run, phase=run.state["phase"], templates_package="phases", timeout_s=0,
+                        on_progress=lambda _m: None, actor="human")
+    for name, content in handback.artifacts.items():
+        ctx.write_artifact(name, content)
+    for kind, record in handback.records:
+        ctx.add_record(kind, record)
+    ctx.note(handback.summary, kind="results_handed_back")
 
 
 def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") -> Outcome:

@@ -92,6 +92,8 @@ class PhaseSpec:
         allowed_paths: path prefixes (relative to the target) an agent may edit while the
             run waits in this phase; empty means no edits at all.
         agent_notes: the skill's rules for this phase, written for an agent to read.
+        results: "module:function" that turns a directory of results run elsewhere into a
+            ``phase_api.HandBack`` (``orchestrator resume RUN --results DIR``); "" = none taken.
     """
 
     name: str
@@ -102,6 +104,7 @@ class PhaseSpec:
     timeout_s: float = 1800.0
     allowed_paths: tuple[str, ...] = ()
     agent_notes: str = ""
+    results: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +186,8 @@ class Workflow:
             if not callable(getattr(module, "run", None)):
                 problems.append(f"phase {spec.name!r}: {spec.module} has no run(ctx)")
             self.modules[spec.name] = module
+            if spec.results and not callable(resolve_ref(spec.results, problems)):
+                problems.append(f"phase {spec.name!r}: results hook {spec.results!r} is not a function")
         return problems
 
     def mermaid(self) -> str:
@@ -198,6 +203,17 @@ class Workflow:
                 lines.append(f"  {spec.name} -->|{label}| {dest}")
             lines.append(f"  {spec.name} -.->|needs agent / human / failed| {spec.name}")
         return "\n".join(lines) + "\n"
+
+
+def resolve_ref(ref: str, problems: list[str] | None = None) -> Any:
+    """The object named by "module:attr" (None, with a problem noted, if it cannot be imported)."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr, None)
+    except ImportError as exc:
+        if problems is not None:
+            problems.append(f"cannot import {module_name} ({exc})")
+        return None
 
 
 BUILTIN_WORKFLOWS = {
