@@ -77,11 +77,13 @@ def trainer_command(row: Row, paths: TrainerPaths, *, python: str = "python") ->
     return command
 
 
-def torch_root_cause(fsdp: dict[str, Any]) -> str:
-    """The root cause of every world-size > 1 row on a torch whose FSDP probe failed."""
-    return (f"torch {fsdp['torch']}: fully_shard cannot shard torchtitan's spmd_types plain parameters at "
-            f"world size > 1 (probe on a 2-rank fake mesh: {fsdp['error']}); that arrived in torch 2.14 "
-            "(per-parameter FSDP meshes for EP in 2.12). No shim or experiment-code fix can provide it.")
+def torch_root_cause(fsdp: dict[str, Any] | None) -> str:
+    """The root cause of a world-size > 1 row on a torch whose FSDP cannot shard plain parameters."""
+    seen = (f"torch {fsdp['torch']}: " if fsdp else "torch: ") + "fully_shard cannot shard torchtitan's spmd_types " \
+        "plain parameters at world size > 1"
+    probe = f" (probe on a 2-rank fake mesh: {fsdp['error']})" if fsdp else ""
+    return (seen + probe + "; that arrived in torch 2.14 (per-parameter FSDP meshes for EP in 2.12). No shim or "
+            "experiment-code fix can provide it.")
 
 
 # (pattern in the log, root cause, fixable in the experiment folder)
@@ -101,7 +103,7 @@ def diagnose(log: str, fsdp: dict[str, Any] | None) -> tuple[str, bool]:
     """(root cause, fixable in the experiment folder) of a failed row's log; unknown -> fixable."""
     for pattern, cause, fixable in SIGNATURES:
         if re.search(pattern, log):
-            return (torch_root_cause(fsdp) if cause == ROOT_CAUSE_TORCH and fsdp else cause), fixable
+            return (torch_root_cause(fsdp) if cause == ROOT_CAUSE_TORCH else cause), fixable
     return "undiagnosed: read the log, fix in the experiment folder or name the cause", True
 
 
