@@ -164,7 +164,8 @@ def job_script(ctx: PhaseContext, paths: TrainerPaths, rows: list[Row], *, pytho
                              dump="$RESULTS/dump")
     rows = [{"config": r.config, "slug": r.slug, "world_size": r.world_size,
              "command": shell_words(trainer_command(r, variables, python="$PYTHON"))} for r in rows]
-    return ctx.render("sbatch.sh.j2", rows=rows, gpus=max(r["world_size"] for r in rows), model_id=ctx.options["model_id"], run_id=ctx.run_id,
+    return ctx.render("sbatch.sh.j2", rows=rows, gpus=max(r["world_size"] for r in rows),
+                      model_id=ctx.options["model_id"], run_id=ctx.run_id,
                       assets=str(Path(paths.hf_config).parent), target=str(ctx.target), project=PROJECT_ROOT,
                       python=python)
 
