@@ -82,7 +82,7 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
         answers = {**(handback.answers if handback else {}), **answers}
         parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
         if handback is not None:
-            record_handback(run, handback)
+            record_handback(run, handback, templates_package=load_workflow(run.state["workflow"]).templates_package)
         for key, value in parsed.items():
             run.append(ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id),
                        actor=actor, phase=run.state["phase"])
@@ -107,9 +107,9 @@ def read_results(state: dict[str, Any], directory: Path) -> Any:
     return resolve_ref(spec.results)(state, Path(directory))
 
 
-def record_handback(run: OpenRun, handback: Any) -> None:
+def record_handback(run: OpenRun, handback: Any, *, templates_package: str) -> None:
     """Artifacts, records and a note of a hand-back, all as the human's."""
-    ctx = EngineContext(run, phase=run.state["phase"], templates_package="phases", timeout_s=0,
+    ctx = EngineContext(run, phase=run.state["phase"], templates_package=templates_package, timeout_s=0,
                         on_progress=lambda _m: None, actor="human")
     for name, content in handback.artifacts.items():
         ctx.write_artifact(name, content)

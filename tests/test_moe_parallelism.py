@@ -161,3 +161,22 @@ def test_a_row_command_runs_as_written_up_to_the_gpu(tmp_path: Path) -> None:
     assert row["status"] == "FAIL" and row["root_cause"] == "no usable GPU in this process", log[-2000:]
     assert [a["applied"] for a in parse_announcements(log)][:1] == ([assets["compat"]["applied"]]
                                                                      if assets["compat"]["applied"] else [])
+
+
+def test_audit_rule_holds_every_passed_row_to_the_skill() -> None:
+    from phases.add_moe_model.rules import parallelism_rows_accounted
+
+    def completed(seq: int, *rows: dict) -> dict:
+        return {"seq": seq, "type": "phase_completed", "phase": "parallelism", "actor": "engine",
+                "data": {"outcome": "passed", "data": {"rows": list(rows)}}}
+
+    good = [{"config": "FSDP-1gpu", "status": "PASS"}, {"config": "FSDP", "status": "FAIL", "root_cause": "torch"}]
+    assert parallelism_rows_accounted([completed(3, *good)], {}) == []
+    bad = [{"config": "FSDP", "status": "FAIL", "root_cause": ""}, {"config": "FSDP+EP", "status": "SKIPPED"},
+           {"config": "FSDP-1gpu", "status": "UNRUN"}]
+    assert parallelism_rows_accounted([completed(4, *bad)], {}) == [
+        (4, "FSDP: FAIL without a root cause"), (4, "FSDP+EP: status 'SKIPPED' (skill: PASS or FAIL)"),
+        (4, "FSDP-1gpu: UNRUN but no human accepted unrun rows")]
+    accept = {"seq": 2, "type": "answer_accepted", "phase": "parallelism", "actor": "human",
+              "data": {"key": "unrun_rows", "value": "accept"}}
+    assert parallelism_rows_accounted([accept, completed(4, bad[2])], {}) == []

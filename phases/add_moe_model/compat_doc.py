@@ -51,7 +51,7 @@ def row_verdict(row: dict[str, Any] | None) -> str:
     if row is None:
         return "not run"
     gpus = f"{row['world_size']} GPU" + ("s" if row["world_size"] > 1 else "")
-    cause = ", torch" if row["status"] == "FAIL" and row["root_cause"].startswith("torch ") else ""
+    cause = ", torch" if row["status"] == "FAIL" and row["root_cause"].startswith("torch") else ""
     return f"{row['status']} ({gpus}{cause})"
 
 

@@ -7,7 +7,7 @@
    ``trainer/``; the same worker reports the torch compat pieces this environment needs and
    whether its FSDP can shard at world size > 1 (both recorded as notes).
 3. Each row of ``parallel_matrix.matrix`` (``config, world_size, tp, ep, command, status,
-   error, root_cause, log``), in ``artifacts/parallelism.json``:
+   error, root_cause, log``), in ``artifacts/parallelism.json`` and the report ``parallelism.md``:
    - runs when the visible GPUs allow it: PASS on exit 0, else FAIL with the log's error
      and a diagnosed root cause (an undiagnosed or experiment-code cause is the agent's);
    - cannot run here and the torch probe already fails: FAIL with the torch root cause;
@@ -65,6 +65,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
             for row in matrix(ngpu)]
     ctx.write_artifact("parallelism.json", json.dumps({"gpus": ngpu, "fsdp": fsdp, "rows": rows}, indent=2) + "\n")
     ctx.write_artifact("parallelism/sbatch.sh", job_script(ctx, paths, matrix(ngpu), python=python))
+    ctx.write_artifact("parallelism.md", ctx.render("parallelism_report.md.j2", model_id=ctx.options["model_id"],
+                                                    gpus=ngpu, fsdp=fsdp, compat=assets["compat"], rows=rows))
     data = {"build_check": checks, "rows": rows, "gpus": ngpu, "fsdp": fsdp, "torch_compat": assets["compat"]}
     return outcome(ctx, data)
 
