@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.chain import GENESIS_HASH, chain_hash, line_hash
+from orchestrator.chain import GENESIS_HASH, chain_hash, verified_prefix
 from orchestrator.snapshot import replay
 from orchestrator.store import ARTIFACTS, EVENTS, SNAPSHOT
 
@@ -121,24 +121,6 @@ def check_chain(events: list[dict[str, Any]], *, run_id: str, lines: list[bytes]
             findings.append(Finding(seq=None, check="chain", message="more than 50 chain findings; stopped"))
             break
     return findings
-
-
-def verified_prefix(events: list[dict[str, Any]], lines: list[bytes], *, run_id: str) -> int:
-    """How many leading events are intact, judged from the raw lines (no re-serializing).
-
-    The slow, explaining checks then start at the first event this cannot vouch for.
-    """
-    prev = GENESIS_HASH
-    for index, (event, line) in enumerate(zip(events, lines)):
-        try:
-            intact = (event["seq"] == index and event["prev_hash"] == prev and event["run_id"] == run_id
-                      and line_hash(prev, line) == event["hash"])
-        except (KeyError, TypeError):
-            intact = False
-        if not intact:
-            return index
-        prev = event["hash"]
-    return len(events)
 
 
 def check_schema(events: list[dict[str, Any]]) -> list[Finding]:
