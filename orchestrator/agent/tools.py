@@ -49,6 +49,10 @@ from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageEr
 
 log = logging.getLogger("orchestrator.agent")
 MAX_RECORDED_CHARS = 2000
+BUSY_WAIT_S = 10.0
+ACTING = frozenset({"advance", "answer", "submit_patch", "revert_patches", "submit_candidate", "note", "escalate",
+                    "write_file", "apply_diff"})
+"""Tools that change a run or its target: each runs and is recorded under the run's lock."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,13 +91,33 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
     The call is recorded on the run named by ``run_id`` (for start_run: the new run); calls
     that name no existing run (list_runs, a bad id) have no trail to go to.
     """
-    result = _dispatch(name, arguments, env=ToolEnv(store=store, call_id=call_id, progress=progress))
+    env = ToolEnv(store=store, call_id=call_id, progress=progress)
     run_id = arguments.get("run_id") if isinstance(arguments.get("run_id"), str) else None
+    if name in ACTING and run_id:
+        return _act_recorded(name, arguments, run_id=run_id, env=env)
+    result = _dispatch(name, arguments, env=env)
     if name == "start_run":
         run_id = result.data.get("run_id")
     if run_id:
         record_action(store, run_id, tool=name, call_id=call_id, arguments=arguments, outcome=result.outcome())
     return result
+
+
+def _act_recorded(name: str, arguments: dict[str, Any], *, run_id: str, env: ToolEnv) -> ToolResult:
+    """Hold the run's lock across the action and its record: recorded, or refused as busy before acting."""
+    from orchestrator import events as ev
+    from orchestrator.errors import RunNotFound
+
+    try:
+        with env.store.open_run(run_id, wait_s=BUSY_WAIT_S) as run:
+            result = _dispatch(name, arguments, env=env)
+            run.append(ev.AgentActed(tool=name, call_id=env.call_id, arguments=_recordable(arguments),
+                                     outcome=result.outcome()[:1000]), actor="agent", phase=run.state["phase"] or None)
+            return result
+    except (RunBusy, RunNotFound) as exc:
+        return ToolResult(status="refused", message=f"{exc.message}; nothing was done", data={"code": exc.code})
+    except OrchestratorError as exc:  # a trail the engine will not act on
+        return ToolResult(status="error", message=exc.message, data={"code": exc.code})
 
 
 def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResult:
@@ -213,7 +237,7 @@ class FeatureUnavailable(OrchestratorError):
 def start_run(args: StartRunArgs, env: ToolEnv) -> ToolResult:
     from orchestrator import engine
 
-    outcome = engine.start(args.workflow, args.options, store=env.store)
+    outcome = engine.start(args.workflow, args.options, store=env.store, actor="agent")
     return state_result(outcome.state, lead=f"started run {outcome.run_id}; call explain, then advance")
 
 
@@ -330,6 +354,7 @@ def note(args: NoteArgs, env: ToolEnv) -> ToolResult:
 
 def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
     from orchestrator import events as ev
+    from orchestrator.workflow import load_workflow
 
     with env.store.open_run(args.run_id) as run:
         if run.state["status"] in ("done", "aborted"):
@@ -337,6 +362,9 @@ def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
         key = args.key or f"agent_question_{run.state['last_seq'] + 1}"
         if any(q["key"] == key for q in run.state["pending"]):
             raise UsageError(f"a question {key!r} is already pending; pick another key")
+        if key in run.state["answers"] or key in load_workflow(run.state["workflow"]).human_options:
+            raise UsageError(f"{key!r} is a question of the workflow itself (only a person answers it, when the "
+                             "workflow asks); pick another key for your own question")
         run.append(ev.QuestionAsked(key=key, prompt=args.question, choices=args.choices or None, human_only=True),
                    actor="agent", phase=run.state["phase"])
         return state_result(run.state, lead=f"question {key!r} posted for a human")
