@@ -306,16 +306,18 @@ def show_cmd(settings: _Settings, run_id: str, last_events: int) -> int:
 @click.argument("run_id")
 @click.option("--schema/--no-schema", default=False, show_default=True,
               help="Also validate every event against its pydantic model (slow on long trails).")
-def audit_cmd(settings: _Settings, run_id: str, schema: bool) -> int:
-    """Verify RUN's trail: hash chain, run.json, artifacts, workflow rules (and schema)."""
+@click.option("--no-anchor", is_flag=True, help="Skip the anchor check (a run copied from another machine).")
+def audit_cmd(settings: _Settings, run_id: str, schema: bool, no_anchor: bool) -> int:
+    """Verify RUN's trail: hash chain, anchor, meaning, run.json, artifacts, workflow rules (and schema)."""
     from orchestrator.audit import audit_run
     from orchestrator.render import emit_json
     from orchestrator.workflow import load_workflow
 
     store = settings.store()
     run_dir = store.run_dir(run_id)
-    rules = _rules_for(store, run_id, load_workflow)
-    findings = audit_run(run_dir, rules=rules, schema=schema)
+    workflow = _workflow_for(store, run_id, load_workflow)
+    rules = dict(workflow.rules) if workflow is not None else {}
+    findings = audit_run(run_dir, rules=rules, schema=schema, workflow=workflow, anchor=not no_anchor)
     if settings.as_json:
         emit_json({"run_id": run_id, "ok": not findings,
                    "findings": [{"seq": f.seq, "check": f.check, "message": f.message} for f in findings]})
@@ -323,18 +325,17 @@ def audit_cmd(settings: _Settings, run_id: str, schema: bool) -> int:
         for f in findings:
             print(f"seq {f.seq if f.seq is not None else '-':>6}  {f.check:18} {f.message}")
     else:
-        checked = "chain, schema, run.json, artifacts, rules" if schema else "chain, run.json, artifacts, rules"
-        print(f"{run_id}: trail intact ({checked})")
+        checked = ["chain"] + ["schema"] * schema + ["anchor"] * (not no_anchor) + ["meaning"] * (workflow is not None)
+        print(f"{run_id}: trail intact ({', '.join(checked + ['run.json', 'artifacts', 'rules'])})")
     return EXIT_FAILED if findings else EXIT_OK
 
 
-def _rules_for(store: Any, run_id: str, load_workflow: Callable) -> dict[str, Any]:
-    """The workflow's audit rules, if the trail's first line names a known workflow."""
+def _workflow_for(store: Any, run_id: str, load_workflow: Callable) -> Any:
+    """The run's workflow, if the trail's first line names a known one (else None: no meaning checks)."""
     try:
-        workflow = store.read_first_event(run_id)["data"]["workflow"]
-        return dict(load_workflow(workflow).rules)
-    except (OrchestratorError, KeyError, IndexError):
-        return {}
+        return load_workflow(store.read_first_event(run_id)["data"]["workflow"])
+    except (OrchestratorError, KeyError, IndexError, TypeError):
+        return None
 
 
 @command(main, "abort")
