@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -49,7 +50,8 @@ from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageEr
 
 log = logging.getLogger("orchestrator.agent")
 MAX_RECORDED_CHARS = 2000
-BUSY_WAIT_S = 10.0
+BUSY_WAIT_S = float(os.environ.get("ORCHESTRATOR_BUSY_WAIT_S", "10"))
+"""How long an acting tool waits for a run another process holds before it is refused as busy."""
 ACTING = frozenset({"advance", "answer", "submit_patch", "revert_patches", "submit_candidate", "note", "escalate",
                     "write_file", "apply_diff"})
 """Tools that change a run or its target: each runs and is recorded under the run's lock."""
