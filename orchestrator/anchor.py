@@ -24,6 +24,7 @@ from typing import Any
 
 KEY_NAME = "trail.key"
 KEY_BYTES = 32
+RECORD_BYTES = 512
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +56,18 @@ def anchor_dir() -> Path:
 def load_key(*, create: bool) -> bytes | None:
     """The HMAC key; made (0600) when ``create`` and missing, else None when missing."""
     path = anchor_dir() / KEY_NAME
+    if path in _KEYS:
+        return _KEYS[path]
+    key = _read_or_make_key(path, create=create)
+    if key is not None:
+        _KEYS[path] = key
+    return key
+
+
+_KEYS: dict[Path, bytes] = {}
+
+
+def _read_or_make_key(path: Path, *, create: bool) -> bytes | None:
     try:
         key = path.read_bytes()
     except FileNotFoundError:
@@ -86,16 +99,49 @@ def _mac(key: bytes, run_id: str, genesis: str, head: Head, prev: Head | None) -
 
 
 def write_anchor(run_id: str, genesis: str, head: Head, prev: Head | None) -> None:
-    """Record (fsynced, atomically) that the log is about to stand at ``head``."""
-    from orchestrator.store import atomic_write
+    """Record (fsynced) that the log is about to stand at ``head`` (one-off; OpenRun keeps a writer)."""
+    writer = AnchorWriter(run_id, genesis)
+    try:
+        writer.write(head, prev)
+    finally:
+        writer.close()
 
-    key = load_key(create=True)
-    assert key is not None
-    record = {"run_id": run_id, "genesis": genesis, "seq": head.seq, "hash": head.hash,
-              "prev": prev and [prev.seq, prev.hash], "mac": _mac(key, run_id, genesis, head, prev)}
-    path = anchor_path(run_id, genesis)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    atomic_write(path, json.dumps(record).encode())
+
+class AnchorWriter:
+    """Signs heads into one run's anchor file: made atomically once, then rewritten in place.
+
+    Each record is padded to ``RECORD_BYTES`` and written with one ``pwrite`` at offset 0 plus
+    ``fdatasync``: a torn record (power loss) fails its MAC, which refuses the run rather than
+    trusting it.
+    """
+
+    def __init__(self, run_id: str, genesis: str) -> None:
+        self.run_id, self.genesis = run_id, genesis
+        self.path = anchor_path(run_id, genesis)
+        self._key = load_key(create=True)
+        self._fd: int | None = None
+
+    def write(self, head: Head, prev: Head | None) -> None:
+        assert self._key is not None
+        record = json.dumps({"run_id": self.run_id, "genesis": self.genesis, "seq": head.seq, "hash": head.hash,
+                             "prev": prev and [prev.seq, prev.hash],
+                             "mac": _mac(self._key, self.run_id, self.genesis, head, prev)}).encode()
+        record = record.ljust(RECORD_BYTES)
+        if self._fd is None:
+            if not self.path.exists():
+                from orchestrator.store import atomic_write
+
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                atomic_write(self.path, record)
+                return
+            self._fd = os.open(self.path, os.O_WRONLY)
+        os.pwrite(self._fd, record, 0)
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_anchor(run_id: str, genesis: str) -> Anchor:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from orchestrator.anchor import Head, write_anchor
+from orchestrator.anchor import AnchorWriter, Head
 from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION, chain_hash
 from orchestrator.errors import RunBusy, RunNotFound, TrailCorrupt, UsageError
 from orchestrator.snapshot import apply_event, empty_state, replay
@@ -80,6 +80,7 @@ class OpenRun:
         self._genesis = genesis
         self._durable = Head(seq=state["last_seq"], hash=state["chain_head"]) if state["last_seq"] >= 0 else None
         self._batch: tuple[list[dict[str, Any]], list[bytes]] | None = None
+        self._anchor: AnchorWriter | None = None
         self._fd = os.open(run_dir / EVENTS, os.O_WRONLY | os.O_APPEND)
 
     def append(self, data: Any, *, actor: str = "engine", phase: str | None = None) -> dict[str, Any]:
@@ -144,7 +145,9 @@ class OpenRun:
     def _commit(self, events: list[dict[str, Any]], lines: list[bytes]) -> None:
         head = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
         genesis = self._genesis or events[0]["hash"]
-        write_anchor(self.run_id, genesis, head, self._durable)
+        if self._anchor is None:
+            self._anchor = AnchorWriter(self.run_id, genesis)
+        self._anchor.write(head, self._durable)
         blob = memoryview(b"".join(lines))
         while blob:
             blob = blob[os.write(self._fd, blob):]
@@ -172,6 +175,8 @@ class OpenRun:
             self.flush()
         finally:
             os.close(self._fd)
+            if self._anchor is not None:
+                self._anchor.close()
 
 
 @contextlib.contextmanager
