@@ -110,9 +110,8 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
         parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
-        for key, value in parsed.items():
-            run.append(ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id),
-                       actor=actor, phase=run.state["phase"])
+        run.append_many([ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id)
+                         for key, value in parsed.items()], actor=actor, phase=run.state["phase"])
         run.flush()
         if not advance_after:
             return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))

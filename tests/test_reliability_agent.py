@@ -166,3 +166,18 @@ def test_forbidden_calls_guard_reads_the_ast(tmp_path: Path, name: str) -> None:
     assert violation is not None and violation.paths == (f"{EXP}/model.py",), violation
     (tmp_path / "t" / EXP / "model.py").write_text('X = 1\n# no register_forward_hook here\n"""nor here"""\n')
     assert forbidden_calls_guard(state) is None  # comments and docstrings are not calls
+
+
+def test_a_value_that_is_not_utf8_is_refused_and_recorded(fix_run: tuple[Path, str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.agent.tools import call_tool
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", AGENT_TOY_REF)
+    state, run_id = fix_run
+    store = RunStore(state)
+    target = Path(store.read_state(run_id)["target"])
+    result = call_tool("write_file", {"run_id": run_id, "path": "allowed/bad.txt", "content": "caf\udce9"},
+                       store=store, call_id="surrogate")
+    assert result.status == "refused" and not (target / "allowed" / "bad.txt").exists()
+    recorded = [e["data"] for e in store.read_events(run_id) if e["type"] == "agent_acted"][-1]
+    assert recorded["call_id"] == "surrogate" and recorded["arguments"]["content"] == "caf?"

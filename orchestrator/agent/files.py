@@ -120,9 +120,10 @@ def write_text(scope: Scope, path: str, content: str) -> dict[str, object]:
     resolved, relative = check_writable(scope, path)
     if resolved.is_dir():
         raise ScopeRefused(f"{relative!r} is a directory; name a file")
+    blob = content.encode("utf-8")  # before anything is touched: a bad value writes nothing
     resolved.parent.mkdir(parents=True, exist_ok=True)
     existed = resolved.exists()
-    resolved.write_text(content, encoding="utf-8")
+    resolved.write_bytes(blob)
     return {"path": relative, "created": not existed, "chars": len(content)}
 
 

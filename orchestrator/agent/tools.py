@@ -134,6 +134,8 @@ def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResu
         return spec.handler(spec.args.model_validate(arguments), env)
     except ValidationError as exc:
         return ToolResult(status="refused", message=f"bad arguments for {name}: " + _errors(exc))
+    except UnicodeError:
+        return ToolResult(status="refused", message=f"bad arguments for {name}: a value is not valid UTF-8 text")
     except OrchestratorError as exc:
         status: Status = "refused" if isinstance(exc, UsageError) and not isinstance(exc, RunBusy) else "error"
         return ToolResult(status=status, message=exc.message, data={"code": exc.code})
@@ -169,7 +171,8 @@ def _recordable(arguments: dict[str, Any]) -> dict[str, Any]:
             digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
             value = {"chars": len(value), "sha256": digest, "head": value[:200]}
         out[key] = value
-    return json.loads(json.dumps(out, default=str))
+    text = json.dumps(out, default=str, ensure_ascii=False)
+    return json.loads(text.encode("utf-8", "replace").decode("utf-8"))  # lone surrogates become "?"
 
 
 def _errors(exc: ValidationError) -> str:
