@@ -1,10 +1,12 @@
 """The run directory: the only code that opens events.jsonl, run.json and artifacts/.
 
 Layout: ``<state>/runs/<run_id>/{events.jsonl, run.json, artifacts/, .lock}``.
-Writers hold the run's file lock (``RunStore.open_run``); readers never take it.
-Each event is written and fsynced before the engine acts on it; run.json is rewritten
-atomically (temp file, fsync, rename) when a writer flushes or closes. A reader that
-finds run.json behind the log replays the log, so a crash between the two loses nothing.
+Writers hold the run's file lock (``RunStore.open_run``), which verifies the log first
+(``orchestrator.verify``); readers never take it and never verify. Each write signs the new
+head outside the state dir (``orchestrator.anchor``), then appends and fsyncs its lines
+before the engine acts on them; run.json is rewritten atomically (temp file, fsync, rename)
+when a writer flushes or closes. A reader that finds run.json behind the log replays the
+log, so a crash between the two loses nothing.
 """
 
 from __future__ import annotations
