@@ -161,6 +161,8 @@ class Workflow:
                     problems.append(f"phase {spec.name!r}: route {label!r} leads to unknown phase {dest!r}")
         reachable = self._reachable()
         problems += [f"phase {n!r} unreachable" for n in names if n not in reachable]
+        fields = getattr(self.options, "model_fields", {})
+        problems += [f"human option {o!r} is not an option" for o in self.human_options if o not in fields]
         return problems
 
     def _reachable(self) -> set[str]:
