@@ -124,6 +124,8 @@ class Workflow:
     frozen: tuple[str, ...] = ()
     """Paths (prefixes) no agent tool may edit; the workflow's guards re-check them from git."""
     patches: PatchPolicy | None = None
+    human_options: tuple[str, ...] = ()
+    """Start options only a person may give: they answer human-only questions (agents' starts refuse them)."""
     templates_package: str = "phases"
     modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)
 
@@ -162,6 +164,8 @@ class Workflow:
                     problems.append(f"phase {spec.name!r}: route {label!r} leads to unknown phase {dest!r}")
         reachable = self._reachable()
         problems += [f"phase {n!r} unreachable" for n in names if n not in reachable]
+        fields = getattr(self.options, "model_fields", {})
+        problems += [f"human option {o!r} is not an option" for o in self.human_options if o not in fields]
         return problems
 
     def _reachable(self) -> set[str]:
@@ -240,7 +244,11 @@ def load_workflow(name: str) -> Workflow:
     if name not in refs:
         raise UsageError(f"unknown workflow {name!r}; known: {', '.join(sorted(refs))}")
     module_name, _, attr = refs[name].partition(":")
-    workflow = getattr(importlib.import_module(module_name), attr)
+    try:
+        workflow = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        raise UsageError(f"workflow {name!r} = {refs[name]!r} cannot be loaded ({type(exc).__name__}: {exc}); "
+                         "fix ORCHESTRATOR_WORKFLOWS (name=module:attribute)") from None
     if not isinstance(workflow, Workflow):
         raise UsageError(f"{refs[name]} is not a Workflow")
     return workflow

@@ -11,7 +11,7 @@ from typing import Any
 
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.workflow import Violation
-from phases.add_moe_model.forbidden import check_added_lines_for_forbidden_calls
+from phases.add_moe_model.forbidden import check_files_for_forbidden_calls
 from phases.add_moe_model.workspace import EXP
 
 KL_PASS, KL_WARN = 1e-6, 1e-3
@@ -58,7 +58,7 @@ def forbidden_calls_guard(state: dict[str, Any]) -> Violation | None:
     untracked = [p for p in repo.untracked_files if p.startswith(EXP) and p.endswith(".py")]
     for path in untracked:
         diff += "\n" + repo.git.diff("--no-index", "/dev/null", path, with_exceptions=False)
-    findings = check_added_lines_for_forbidden_calls(diff, scope=EXP)
+    findings = check_files_for_forbidden_calls(diff, repo.working_tree_dir, scope=EXP)
     if not findings:
         return None
     return Violation(message="added lines use calls the skill forbids: " + "; ".join(findings[:5]),

@@ -38,7 +38,7 @@ class Options(BaseModel):
     """``orchestrator start add-moe-model --model MODEL [...]``."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=1024)
     """Registry id (e.g. Qwen/Qwen3-30B-A3B), a config.json or its directory, or type:<model_type>."""
     target: str = "embedded"
     """"embedded" (a workspace made from the installed torchtitan) or a torchtitan git checkout."""
@@ -85,4 +85,5 @@ WORKFLOW = Workflow(
     frozen=rules.FROZEN,
     patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
                         row_kind="gap_row"),
+    human_options=("branch", "commit"),
 )

@@ -68,4 +68,5 @@ WORKFLOW = Workflow(
     gates={"color_answered": color_answered},
     guards={"scope": scope_guard},
     rules={"no_blue": no_blue_rule},
+    human_options=("color",),
 )
