@@ -1,8 +1,11 @@
 """The H200 runs committed under bench/results/2026-11-30-add-moe-gpu: their trails verify on CPU.
 
 Five add-moe-model runs made on 2 H200s with torch 2.11 (bench/h200_add_moe.sh; README there).
-Every trail is audited with the schema; the finished ones must be intact, and the one cut by the
-call's deadline mid-phase shows only the snapshot lag such a kill leaves (run.json behind the log).
+Every trail is audited with the schema and the workflow's rules and meaning checks. Two things
+are expected and nothing else: the runs were copied from a machine whose trail key is gone
+(``--no-anchor``), and their run.json was written by the engine of that day, before the
+snapshot gained ``agent_answers`` / ``agent_asked``; the run cut by the call's deadline
+mid-phase also has run.json behind its log, as such a kill leaves it.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ from tests.conftest import ROOT
 EVIDENCE = ROOT / "bench/results/2026-11-30-add-moe-gpu"
 CUT_BY_DEADLINE = "add-moe-model-20261130-062403-5459"
 RUNS = sorted(p.name for p in (EVIDENCE / "runs").iterdir())
+NEWER_SNAPSHOT_KEYS = {"agent_answers", "agent_asked"}
+LAG_KEYS = {"artifacts", "chain_head", "last_seq", "updated_at"}
 
 
 @pytest.mark.parametrize("run_id", RUNS)
 def test_trail_audits_on_cpu(run_id: str, invoke) -> None:
-    result = invoke("audit", run_id, "--schema", "--state-dir", str(EVIDENCE), "--json")
+    result = invoke("audit", run_id, "--schema", "--no-anchor", "--state-dir", str(EVIDENCE), "--json")
     findings = json.loads(result.output)["findings"]
-    if run_id == CUT_BY_DEADLINE:
-        assert [f["check"] for f in findings] == ["snapshot"], findings
-    else:
-        assert result.exit_code == 0 and findings == [], findings
+    assert [f["check"] for f in findings] in ([], ["snapshot"]), findings
+    if findings:
+        keys = set(findings[0]["message"].split(" in: ", 1)[1].split(", "))
+        allowed = NEWER_SNAPSHOT_KEYS | (LAG_KEYS if run_id == CUT_BY_DEADLINE else set())
+        assert NEWER_SNAPSHOT_KEYS <= keys <= allowed, findings
 
 
 def finished(model_id: str) -> list[Path]:
