@@ -132,13 +132,13 @@ def prepare(options: LcpOptions, state_dir: str) -> Prepared:
     """Resolve the target into a git checkout and the harness; UsageError (exit 2) on bad input."""
     if options.per_layer_tokens and options.tokens is None:
         raise UsageError("--per-layer-tokens needs --tokens (the default token counts depend on the device)")
+    bad_per_layer = sorted(set(options.per_layer_tokens) - set(options.tokens or ()))
+    if bad_per_layer:  # refused before the workspace (or its cache) is made
+        raise UsageError(f"--per-layer-tokens {bad_per_layer} are not among --tokens {list(options.tokens)}")
     target, kind = resolve_target(options.target, state_dir=Path(state_dir))
     harness = options.harness or {"embedded": EMBEDDED_HARNESS, "hf": hf_harness_ref(options.target)}.get(kind)
     if harness and harness.startswith("hf:"):
         harness = hf_harness_ref(harness)
-    bad_per_layer = sorted(set(options.per_layer_tokens) - set(options.tokens or ()))
-    if bad_per_layer:
-        raise UsageError(f"--per-layer-tokens {bad_per_layer} are not among --tokens {list(options.tokens)}")
     recorded = options.model_dump(mode="json") | {"target_kind": kind, "target_spec": options.target,
                                                   "harness": harness}
     return Prepared(target=str(target), options=recorded)
