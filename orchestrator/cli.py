@@ -142,7 +142,7 @@ def main() -> None:
     """orchestrator: torchtitan agent skills as persisted, auditable state machines."""
 
 
-def _print_outcome(settings: _Settings, outcome: Any) -> int:
+def print_outcome(settings: _Settings, outcome: Any) -> int:
     from orchestrator.render import emit_json, status_text, status_view
 
     if settings.as_json:
@@ -206,7 +206,7 @@ def run_cmd(settings: _Settings, workflow: str) -> int:
     if not settings.as_json:
         print(f"run {started.run_id}", file=sys.stderr)
     outcome = engine.advance(started.run_id, store=settings.store(), progress=settings.progress())
-    return _print_outcome(settings, outcome)
+    return print_outcome(settings, outcome)
 
 
 @command(main, "advance")
@@ -217,7 +217,7 @@ def advance_cmd(settings: _Settings, run_id: str, max_phases: int | None) -> int
     from orchestrator import engine
 
     outcome = engine.advance(run_id, store=settings.store(), progress=settings.progress(), max_phases=max_phases)
-    return _print_outcome(settings, outcome)
+    return print_outcome(settings, outcome)
 
 
 @command(main, "resume")
@@ -237,7 +237,7 @@ def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], resul
         parsed[key.strip()] = value
     outcome = engine.resume(run_id, parsed, store=settings.store(), progress=settings.progress(),
                             results=Path(results) if results else None)
-    return _print_outcome(settings, outcome)
+    return print_outcome(settings, outcome)
 
 
 @command(main, "status")
@@ -348,7 +348,7 @@ def abort_cmd(settings: _Settings, run_id: str, reason: str) -> int:
     """Stop RUN for good, recording why."""
     from orchestrator import engine
 
-    return _print_outcome(settings, engine.abort(run_id, reason, store=settings.store()))
+    return print_outcome(settings, engine.abort(run_id, reason, store=settings.store()))
 
 
 @command(main, "graph")
@@ -369,15 +369,11 @@ def graph_cmd(settings: _Settings, workflow: str) -> int:
 
 
 def _register_plugins() -> None:
-    """Commands that live in their own modules (patch ledger, candidates, agent, mcp)."""
+    """Commands that live in their own modules (submissions and the patch ledger, agent, mcp)."""
     import importlib
 
-    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "phases.local_compile_perf.cli"):
-        try:
-            importlib.import_module(module).register(main, command)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent"):
+        importlib.import_module(module).register(main, command)
 
 
 _register_plugins()

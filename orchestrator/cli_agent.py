@@ -56,13 +56,13 @@ def register(main: click.Group, command: Callable[..., Callable]) -> None:
         (tool_input.file_path), so the command works as a PreToolUse hook as is.
         """
         from orchestrator.agent.files import ScopeRefused, check_writable
-        from orchestrator.agent.tools import _scope
+        from orchestrator.agent.views import scope_for
 
         try:
             path = file if file and file != "-" else _hook_path(sys.stdin.read())
             if path is None:
                 return EXIT_OK
-            check_writable(_scope(settings.store().read_state(run_id)), path)
+            check_writable(scope_for(settings.store().read_state(run_id)), path)
         except ScopeRefused as exc:
             print(f"orchestrator: refused: {exc.message}", file=sys.stderr)
             return EXIT_USAGE

@@ -1,4 +1,5 @@
-"""CLI commands of the temporary-patch ledger: ``patch`` and ``revert-patches``."""
+"""CLI commands that take a submission (``submit`` and its aliases ``candidate`` and ``patch``) and
+``revert-patches``. Every submission goes through ``engine.submit``: one row of the run's workflow table."""
 
 from __future__ import annotations
 
@@ -7,9 +8,39 @@ from typing import Any, Callable
 
 import click
 
+_EXTRA = {"ignore_unknown_options": True, "allow_extra_args": True}
+
 
 def register(main: click.Group, command: Callable) -> None:
-    from orchestrator.cli import _print_outcome
+    from orchestrator.cli import print_outcome
+
+    def submit(settings: Any, run_id: str, kind: str, args: dict[str, Any]) -> int:
+        from orchestrator import engine
+
+        outcome = engine.submit(run_id, kind, args, store=settings.store(), actor="human",
+                                progress=settings.progress())
+        return print_outcome(settings, outcome)
+
+    @command(main, "submit", context_settings=_EXTRA)
+    @click.argument("run_id")
+    @click.argument("kind")
+    def submit_cmd(settings: Any, run_id: str, kind: str) -> int:
+        """Submit KIND (e.g. candidate, patch) to RUN; its fields follow as --field VALUE (see `explain`).
+
+        A value that starts with "--" (a diff) goes as --field=VALUE.
+        """
+        from orchestrator.cli import parse_extra_options
+
+        return submit(settings, run_id, kind, parse_extra_options(click.get_current_context().args))
+
+    @command(main, "candidate")
+    @click.argument("run_id")
+    @click.option("--branch", required=True, help="Branch of the run's target holding the rewrite.")
+    @click.option("--label", required=True, help="Short name; it names the stack branch.")
+    @click.option("--regions", default="", help="Regions to enable with it (default: declared in its changed files).")
+    def candidate_cmd(settings: Any, run_id: str, branch: str, label: str, regions: str) -> int:
+        """Submit BRANCH of RUN's target as a candidate (= submit RUN candidate); measures it and rules on it."""
+        return submit(settings, run_id, "candidate", {"branch": branch, "label": label, "regions": regions})
 
     @command(main, "patch")
     @click.argument("run_id")
@@ -17,9 +48,8 @@ def register(main: click.Group, command: Callable) -> None:
                   help="Unified diff against the target ('-' reads stdin).")
     @click.option("--label", required=True, help="What the patch tests (names its row in the table).")
     def patch_cmd(settings: Any, run_id: str, diff_file: str, label: str) -> int:
-        """Apply a temporary core patch to RUN's target, measure it, record the row."""
+        """Apply a temporary core patch to RUN's target, measure it, record the row (= submit RUN patch)."""
         from orchestrator.errors import UsageError
-        from orchestrator.ledger import submit_patch
 
         try:
             diff = sys.stdin.read() if diff_file == "-" else open(diff_file, encoding="utf-8").read()
@@ -27,7 +57,7 @@ def register(main: click.Group, command: Callable) -> None:
             raise UsageError(f"cannot read {diff_file}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
             raise UsageError(f"{diff_file} is not UTF-8 text (byte {exc.start}); send the diff as UTF-8") from None
-        return _print_outcome(settings, submit_patch(run_id, diff=diff, label=label, store=settings.store()))
+        return submit(settings, run_id, "patch", {"diff": diff, "label": label})
 
     @command(main, "revert-patches")
     @click.argument("run_id")
@@ -35,4 +65,4 @@ def register(main: click.Group, command: Callable) -> None:
         """Revert every open temporary patch of RUN and prove the files equal the base."""
         from orchestrator.ledger import revert_patches
 
-        return _print_outcome(settings, revert_patches(run_id, store=settings.store()))
+        return print_outcome(settings, revert_patches(run_id, store=settings.store()))

@@ -76,6 +76,11 @@ class EngineContext:
         return [{"seq": e["seq"], "ts": e["ts"], "phase": e["phase"], "actor": e["actor"], **e["data"]}
                 for e in self._run.read_events() if e["type"] == "note_added"]
 
+    @property
+    def actor(self) -> str:
+        """Who this context acts for: "engine", "human" or "agent"."""
+        return self._actor
+
     def _append(self, data: Any) -> dict[str, Any]:
         return self._run.append(data, actor=self._actor, phase=self.phase)
 

@@ -161,6 +161,41 @@ def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") ->
         return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK)
 
 
+def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, actor: str = "human",
+           tool_call_id: str | None = None, progress: Progress = lambda _: None) -> Outcome:
+    """Take a submission (a row of the workflow's ``submissions``), all under the run's lock.
+
+    The row's model validates ``args`` and its check refuses or acts and records; then the run
+    is driven on (when the row says so) before the lock is released, so no other command slips
+    in between. Bad input (unknown kind, wrong phase, arguments the model refuses, the check's
+    refusal) raises UsageError and records nothing the check did not record itself.
+    """
+    from orchestrator.workflow import PATCH, resolve_ref
+
+    with store.open_run(run_id) as run:
+        refuse_terminal(run.state)
+        workflow = load_workflow(run.state["workflow"])
+        row = workflow.submissions.get(kind)
+        if row is None:
+            taken = "temporary patches" if kind == PATCH else f"{kind!r} submissions"
+            kinds = ", ".join(sorted(workflow.submissions)) or "none"
+            raise UsageError(f"workflow {workflow.name} takes no {taken} (it takes: {kinds})")
+        if run.state["phase"] != row.phase:
+            raise UsageError(f"{row.noun or kind} are accepted only in phase {row.phase}; run {run_id} is in "
+                             f"{run.state['phase']}")
+        try:
+            parsed = row.args.model_validate(args)
+        except ValidationError as exc:
+            raise UsageError(f"{kind}: " + _validation_message(exc)) from None
+        ctx = EngineContext(run, phase=row.phase, templates_package=workflow.templates_package,
+                            timeout_s=workflow.phase(row.phase).timeout_s, on_progress=progress, actor=actor)
+        resolve_ref(row.check)(ctx, parsed, tool_call_id)
+        run.flush()
+        if row.drive:
+            return drive_open_run(run, workflow, progress=progress, max_phases=None)
+        return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
+
+
 def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[EngineContext, Any]:
     """A context for a temporary patch; refuses when the workflow or phase takes none."""
     policy = workflow.patches
@@ -218,7 +253,7 @@ def refuse_terminal(state: dict[str, Any]) -> None:
 
 
 def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None) -> Outcome:
-    """Run phases of a run whose lock the caller holds (``advance``, ``resume``, candidate submission)."""
+    """Run phases of a run whose lock the caller holds (``advance``, ``resume``, ``submit``)."""
     messages: list[str] = []
     done = 0
     while True:

@@ -1,7 +1,7 @@
 """The temporary-patch ledger: core edits that must be measured, then reverted with proof.
 
-A patch enters only through ``submit_patch`` (CLI ``orchestrator patch``, agent tool
-``submit_patch``) or ``apply_in_context`` (a phase's built-in recipe): the ledger checks
+A patch enters only as the ``patch`` submission row (``engine.submit``: CLI ``orchestrator
+submit RUN patch`` or ``orchestrator patch``, agent tool ``submit``) or ``apply_in_context`` (a phase's built-in recipe): the ledger checks
 the diff applies, refuses paths inside the workflow's permanent scope (those are normal
 edits), takes the workspace's patch lock, records every touched file's blob id before and
 after, applies with ``git apply``, and immediately runs the workflow's measurement so that
@@ -16,8 +16,11 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from orchestrator.errors import RuleBroken, UsageError
 from orchestrator.git import base_blob_hash, blob_hash, diff_paths, git_apply, open_repo
+from orchestrator.workflow import PATCH, Submission
 
 LOCK_NAME = "orchestrator-patch-holder.json"
 
@@ -87,26 +90,44 @@ def _holder_path(target: Path) -> Path:
     return Path(open_repo(target).git_dir) / LOCK_NAME
 
 
-def submit_patch(run_id: str, *, diff: str, label: str, store: Any, actor: str = "human",
-                 tool_call_id: str | None = None) -> Any:
-    """A patch from outside (CLI or agent): apply, measure, record; the run stays where it is."""
-    from orchestrator.engine import Outcome, refuse_terminal, patch_context
-    from orchestrator.snapshot import exit_code_for
+class PatchArgs(BaseModel):
+    """A temporary patch of the gap-analysis ledger: the engine applies it, records the blob hashes,
+    measures it, and requires it reverted before the run may finish."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    diff: str
+    """Unified diff relative to the target's root."""
+    label: str
+    """Short label saying what the patch tests (names its row in the table), e.g. "skip grouped_mm"."""
+
+
+def patch_row(phase: str) -> Submission:
+    """The ``patch`` submission row for a workflow whose ``patches`` policy takes patches in ``phase``."""
+    return Submission(phase=phase, args=PatchArgs, check="orchestrator.ledger:accept_patch", drive=False,
+                      noun="temporary patches")
+
+
+def accept_patch(ctx: Any, args: PatchArgs, tool_call_id: str | None) -> None:
+    """The patch row's check: apply, record, measure (a refusal of the diff is recorded, then raised)."""
     from orchestrator.workflow import load_workflow
 
-    if not label.strip():
+    if not args.label.strip():
         raise UsageError("a patch needs --label TEXT (it names the row in the table)")
-    with store.open_run(run_id) as run:
-        refuse_terminal(run.state)
-        workflow = load_workflow(run.state["workflow"])
-        ctx, policy = patch_context(run, workflow, actor=actor)
-        try:
-            data = apply_in_context(ctx, diff=diff, label=label, scope=workflow.scope, actor=actor)
-        except UsageError as exc:
-            ctx.add_record("patch_refused", {"label": label, "reason": exc.message, "tool_call_id": tool_call_id})
-            raise
-        measure_patch(ctx, policy, label=label, patch_id=data["patch_id"])
-        return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
+    workflow = load_workflow(ctx.state["workflow"])
+    try:
+        data = apply_in_context(ctx, diff=args.diff, label=args.label, scope=workflow.scope)
+    except UsageError as exc:
+        ctx.add_record("patch_refused", {"label": args.label, "reason": exc.message, "tool_call_id": tool_call_id})
+        raise
+    measure_patch(ctx, workflow.patches, label=args.label, patch_id=data["patch_id"])
+
+
+def submit_patch(run_id: str, *, diff: str, label: str, store: Any, actor: str = "human",
+                 tool_call_id: str | None = None) -> Any:
+    """A patch from outside: ``engine.submit`` of the ``patch`` row; the run stays where it is."""
+    from orchestrator.engine import submit
+
+    return submit(run_id, PATCH, {"diff": diff, "label": label}, store=store, actor=actor, tool_call_id=tool_call_id)
 
 
 def measure_patch(ctx: Any, policy: Any, *, label: str, patch_id: str) -> dict[str, Any]:

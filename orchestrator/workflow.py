@@ -79,6 +79,32 @@ class PatchPolicy:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Submission:
+    """A row of the table for input a run takes from outside (``orchestrator submit``, agent tool ``submit``).
+
+    Attributes:
+        phase: the phase that accepts it; the run must be waiting there.
+        args: its pydantic argument model (the CLI's ``--field value`` pairs and the tool's
+            ``args`` are validated against it; its JSON schema is what ``explain`` shows).
+        check: "module:function" called as ``fn(ctx, args, tool_call_id)`` under the run's lock,
+            with ``ctx`` an engine context of ``phase``: it refuses (UsageError, nothing recorded
+            unless it records the refusal itself), else acts and records.
+        drive: advance the run once the submission is recorded (False: the run stays where it is).
+        noun: what the row is called in messages, e.g. "candidates".
+    """
+
+    phase: str
+    args: type[BaseModel]
+    check: str
+    drive: bool = True
+    noun: str = ""
+
+
+PATCH = "patch"
+"""The engine's own submission kind: a temporary patch of the ledger (``orchestrator.ledger``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseSpec:
     """One row of the workflow table.
 
@@ -124,6 +150,8 @@ class Workflow:
     frozen: tuple[str, ...] = ()
     """Paths (prefixes) no agent tool may edit; the workflow's guards re-check them from git."""
     patches: PatchPolicy | None = None
+    submissions: Mapping[str, Submission] = field(default_factory=dict)
+    """Input taken from outside, by kind (e.g. "candidate", "patch"); see ``Submission``."""
     human_options: tuple[str, ...] = ()
     """Start options only a person may give: they answer human-only questions (agents' starts refuse them)."""
     templates_package: str = "phases"
@@ -166,6 +194,13 @@ class Workflow:
         problems += [f"phase {n!r} unreachable" for n in names if n not in reachable]
         fields = getattr(self.options, "model_fields", {})
         problems += [f"human option {o!r} is not an option" for o in self.human_options if o not in fields]
+        for kind, row in self.submissions.items():
+            if row.phase not in names:
+                problems.append(f"submission {kind!r}: phase {row.phase!r} unknown")
+            if not callable(resolve_ref(row.check, problems)):
+                problems.append(f"submission {kind!r}: check {row.check!r} is not a function")
+        if self.patches is not None and PATCH not in self.submissions:
+            problems.append(f"temporary patches need a {PATCH!r} submission row (orchestrator.ledger.patch_row)")
         return problems
 
     def _reachable(self) -> set[str]:

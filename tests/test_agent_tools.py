@@ -61,8 +61,8 @@ def agent_events(store: RunStore, run_id: str) -> list[dict[str, Any]]:
 
 
 def test_every_tool_schema_is_draft_2020_12_without_anyof() -> None:
-    assert {"start_run", "status", "advance", "list_runs", "read_artifact", "explain", "answer", "submit_patch",
-            "revert_patches", "submit_candidate", "note", "escalate", "read_file", "write_file",
+    assert {"start_run", "status", "advance", "list_runs", "read_artifact", "explain", "answer", "submit",
+            "revert_patches", "note", "escalate", "read_file", "write_file",
             "apply_diff"} <= set(TOOLS)
     for spec in TOOLS.values():
         schema = spec.input_schema()
@@ -152,7 +152,7 @@ def test_human_only_question_is_refused_and_escalation_waits(agent_env: None, to
     assert pending == {"color": True, "blue_ok": True}
     events = store.read_events(run_id)
     assert [e["actor"] for e in events if e["type"] in ("note_added", "question_asked")][-2:] == ["agent", "agent"]
-    patch = call("submit_patch", run_id=run_id, diff="x", label="y")
+    patch = call("submit", run_id=run_id, kind="patch", args={"diff": "x", "label": "y"})
     assert "takes no temporary patches" in patch.message, patch  # the toy workflow has no patch phase
     outcomes = [e["data"]["outcome"] for e in agent_events(store, run_id)]
     assert outcomes[2].startswith("refused: waiting for a human") and outcomes[-1].startswith("refused: ")

@@ -114,3 +114,20 @@ def test_killed_run_with_an_open_patch_reverts_it_on_the_next_advance(target, st
     assert not holder.exists()
     assert json.dumps(outcome.state["records"]["gap_row"])  # the half row stays in the trail
     assert os.environ["ORCHESTRATOR_WORKFLOWS"].startswith("toy=")
+
+
+def test_submit_command_takes_the_patch_row_and_refuses_what_the_table_lacks(target, state_dir):
+    from tests.conftest import cli
+
+    store, run_id = start(target, state_dir)
+    seq = store.read_state(run_id)["last_seq"]
+    unknown = cli("submit", run_id, "candidate", "--branch", "main", "--label", "x", state_dir=state_dir)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1, unknown.stderr
+    assert "takes no 'candidate' submissions (it takes: patch)" in unknown.stderr
+    extra = cli("submit", run_id, "patch", "--diff", "x", "--label", "y", "--colour", "red", state_dir=state_dir)
+    assert extra.returncode == 2 and "colour" in extra.stderr, extra.stderr
+    assert store.read_state(run_id)["last_seq"] == seq, "refusals write nothing"
+    done = cli("submit", run_id, "patch", "--diff=" + diff_for(target, "core/value.txt", "fixed\n"), "--label", "fix",
+               "--json", state_dir=state_dir)
+    assert done.returncode == 4, done.stderr
+    assert [r["value"] for r in store.read_state(run_id)["records"]["gap_row"]] == ["fixed"]

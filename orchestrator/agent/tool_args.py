@@ -36,16 +36,16 @@ class ToolResult(BaseModel):
         return f"{kind}: {self.message}"
 
 
-class _Args(BaseModel):
+class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
-class _RunArgs(_Args):
+class RunArgs(ToolArgs):
     run_id: str
     """The run's id, as returned by start_run or list_runs."""
 
 
-class StartRunArgs(_Args):
+class StartRunArgs(ToolArgs):
     """Start a new run of a workflow (does not advance it; call advance next). The options are the
     workflow's start options, e.g. {"target": "/abs/path/to/checkout"}; list_runs names the known workflows."""
 
@@ -55,20 +55,20 @@ class StartRunArgs(_Args):
     """The workflow's options as a JSON object, e.g. {"target": "/abs/path", "model": "..."}."""
 
 
-class StatusArgs(_RunArgs):
+class StatusArgs(RunArgs):
     """The run's phase, status, what it waits for, pending questions and open issues."""
 
 
-class AdvanceArgs(_RunArgs):
+class AdvanceArgs(RunArgs):
     """Run the current phase once (at most one phase per call) and report where the run stands.
     Call it after each fix; repeat while status stays ok and the run is not done."""
 
 
-class ListRunsArgs(_Args):
+class ListRunsArgs(ToolArgs):
     """List every run in the state directory (one line each) and the workflows that can be started."""
 
 
-class ReadArtifactArgs(_RunArgs):
+class ReadArtifactArgs(RunArgs):
     """Read an artifact the run recorded (reports, worker logs, tables) by its name under artifacts/."""
 
     name: str
@@ -79,12 +79,12 @@ class ReadArtifactArgs(_RunArgs):
     """How many characters to return at most."""
 
 
-class ExplainArgs(_RunArgs):
+class ExplainArgs(RunArgs):
     """Why the run waits, what the current phase found, where the skill says each fix goes, which
     paths may be edited now, and the skill's rules for this phase. Start here."""
 
 
-class AnswerArgs(_RunArgs):
+class AnswerArgs(RunArgs):
     """Answer a pending question that is NOT human-only (human-only questions such as branch,
     commit, core changes or PRs are refused: the run waits for a person). Does not advance."""
 
@@ -94,30 +94,22 @@ class AnswerArgs(_RunArgs):
     """The answer; one of the question's choices when it has choices, JSON when its schema asks for it."""
 
 
-class SubmitPatchArgs(_RunArgs):
-    """Record and apply a temporary patch in the gap-analysis ledger (add-moe-model). The engine
-    applies it, records the blob hashes, and requires it reverted before the run may finish."""
+class SubmitArgs(RunArgs):
+    """Submit input the run's workflow takes from outside while it waits in a phase: kind "candidate"
+    (a branch to measure, local-compile-perf) or "patch" (a temporary patch of the gap-analysis ledger,
+    add-moe-model). explain lists the kinds the current phase takes, each with its fields' JSON schema."""
 
-    diff: str
-    """Unified diff relative to the target's root."""
-    label: str
-    """Short label saying what the patch tests, e.g. "skip grouped_mm"."""
+    kind: str
+    """The submission kind, e.g. "candidate" or "patch"."""
+    args: dict[str, Any] = {}
+    """The kind's fields, e.g. {"branch": "opt/rope", "label": "real RoPE"} or {"diff": "...", "label": "..."}."""
 
 
-class RevertPatchesArgs(_RunArgs):
+class RevertPatchesArgs(RunArgs):
     """Revert every open temporary patch of the gap-analysis ledger (add-moe-model)."""
 
 
-class SubmitCandidateArgs(_RunArgs):
-    """Submit a candidate optimisation branch for measurement (local-compile-perf)."""
-
-    branch: str
-    """Git branch in the target that holds the candidate."""
-    label: str
-    """Short label for the candidate, e.g. "fuse rmsnorm"."""
-
-
-class NoteArgs(_RunArgs):
+class NoteArgs(RunArgs):
     """Append a note to the run's trail: a devlog entry, feedback on the skill, or a decision and why."""
 
     kind: Literal["devlog", "skill_feedback", "decision"] = "devlog"
@@ -126,7 +118,7 @@ class NoteArgs(_RunArgs):
     """The note, in a few sentences."""
 
 
-class EscalateArgs(_RunArgs):
+class EscalateArgs(RunArgs):
     """Ask the human a question. The run then waits for a person (`orchestrator resume`); stop
     working on this run after escalating."""
 
@@ -138,7 +130,7 @@ class EscalateArgs(_RunArgs):
     """Allowed answers; empty for free text."""
 
 
-class ReadFileArgs(_RunArgs):
+class ReadFileArgs(RunArgs):
     """Read a file (or list a directory) of the run's target checkout. Paths are relative to the
     target's root; '..', .git and anything outside the target are refused."""
 
@@ -150,7 +142,7 @@ class ReadFileArgs(_RunArgs):
     """How many characters to return at most."""
 
 
-class WriteFileArgs(_RunArgs):
+class WriteFileArgs(RunArgs):
     """Create or overwrite a file under the current phase's allowed paths (see explain). Anything
     else is refused and recorded."""
 
@@ -160,7 +152,7 @@ class WriteFileArgs(_RunArgs):
     """The complete new content of the file."""
 
 
-class ApplyDiffArgs(_RunArgs):
+class ApplyDiffArgs(RunArgs):
     """Apply a unified diff (git apply) to the target; every file it touches must be under the
     current phase's allowed paths, or nothing is applied."""
 

@@ -7,14 +7,13 @@ model to read. ``call_tool`` validates the arguments, runs the handler outside a
 then appends one ``AgentActed`` event (actor "agent", the transport's call id) to the run
 the call concerned, under that run's lock. Handlers never wait on a person: a question only
 a human may answer comes back as ``waiting_for_human`` and the run stays paused; ``advance``
-runs at most one phase per call. Engine features that live in other modules (patch
-ledger, candidates) are imported when called and reported as unavailable when missing.
+runs at most one phase per call. ``submit`` serves every submission row of every workflow
+(``engine.submit``); ``explain`` lists the rows the current phase takes with their schemas.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -27,8 +26,8 @@ from pydantic import ValidationError
 from orchestrator.agent import files
 from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ToolResult,
-    _Args,
-    _RunArgs,
+    ToolArgs,
+    RunArgs,
     StartRunArgs,
     StatusArgs,
     AdvanceArgs,
@@ -36,9 +35,8 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ReadArtifactArgs,
     ExplainArgs,
     AnswerArgs,
-    SubmitPatchArgs,
+    SubmitArgs,
     RevertPatchesArgs,
-    SubmitCandidateArgs,
     NoteArgs,
     EscalateArgs,
     ReadFileArgs,
@@ -48,7 +46,8 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
 )
 from orchestrator.agent.views import clip as _clip
 from orchestrator.agent.views import next_steps as _next_steps
-from orchestrator.agent.views import state_result
+from orchestrator.agent.views import live_state, phase_spec, scope_for, state_result
+from orchestrator.agent.views import submission_schemas
 from orchestrator.agent.views import why_waiting as _why_waiting
 from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageError
 
@@ -56,8 +55,8 @@ log = logging.getLogger("orchestrator.agent")
 MAX_RECORDED_CHARS = 2000
 BUSY_WAIT_S = float(os.environ.get("ORCHESTRATOR_BUSY_WAIT_S", "10"))
 """How long an acting tool waits for a run another process holds before it is refused as busy."""
-ACTING = frozenset({"advance", "answer", "submit_patch", "revert_patches", "submit_candidate", "note", "escalate",
-                    "write_file", "apply_diff"})
+ACTING = frozenset({"advance", "answer", "submit", "revert_patches", "note", "escalate", "write_file",
+                    "apply_diff"})
 """Tools that change a run or its target: each runs and is recorded under the run's lock."""
 
 
@@ -76,7 +75,7 @@ Handler = Callable[[Any, ToolEnv], ToolResult]
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec:
     name: str
-    args: type[_Args]
+    args: type[ToolArgs]
     handler: Handler
 
     @property
@@ -179,47 +178,7 @@ def _errors(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
 
 
-# --- views -------------------------------------------------------------------------------
-
-
-def _scope(state: dict[str, Any]) -> files.Scope:
-    from pathlib import Path
-
-    spec = _phase_spec(state)
-    allowed = spec.allowed_paths if spec is not None else ()
-    frozen = _workflow_frozen(state)
-    return files.Scope(target=Path(state["target"]), phase=state["phase"], allowed_paths=tuple(allowed),
-                       frozen=frozen)
-
-
-def _workflow_frozen(state: dict[str, Any]) -> tuple[str, ...]:
-    from orchestrator.workflow import load_workflow
-
-    try:
-        return tuple(load_workflow(state["workflow"]).frozen)
-    except OrchestratorError:
-        return ()
-
-
-def _phase_spec(state: dict[str, Any]) -> Any:
-    from orchestrator.workflow import load_workflow
-
-    workflow = load_workflow(state["workflow"])
-    return next((p for p in workflow.phases if p.name == state["phase"]), None)
-
-
-def _live_state(store: Any, run_id: str) -> dict[str, Any]:
-    state = store.read_state(run_id)
-    if state["status"] in ("done", "aborted"):
-        raise RunFinished(f"run {run_id} is {state['status']}; start a new run instead")
-    return state
-
-
 # --- handlers ----------------------------------------------------------------------------
-
-
-class FeatureUnavailable(OrchestratorError):
-    code = "feature_unavailable"
 
 
 def start_run(args: StartRunArgs, env: ToolEnv) -> ToolResult:
@@ -236,7 +195,7 @@ def status(args: StatusArgs, env: ToolEnv) -> ToolResult:
 def advance(args: AdvanceArgs, env: ToolEnv) -> ToolResult:
     from orchestrator import engine
 
-    state = _live_state(env.store, args.run_id)
+    state = live_state(env.store, args.run_id)
     if state["awaiting"] == "human" and state["pending"]:
         return state_result(state, lead="not advanced")
     outcome = engine.advance(args.run_id, store=env.store, progress=env.progress, max_phases=1)
@@ -273,7 +232,7 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
     from orchestrator.workflow import load_workflow
 
     state = env.store.read_state(args.run_id)
-    spec = _phase_spec(state)
+    spec = phase_spec(state)
     blocking = blocking_reasons(load_workflow(state["workflow"]), state) if spec else []
     pending = [{**{k: q.get(k) for k in ("key", "prompt", "choices")},
                 "who": "a human only (the answer tool refuses it)" if q["human_only"] else "you may answer"}
@@ -289,6 +248,7 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
         "phase_findings": _clip(state["results"].get(state["phase"], {})),
         "blocking_next_phase": blocking, "open_patches": state["open_patches"],
         "artifacts": sorted(state["artifacts"]), "next_steps": _next_steps(state, spec),
+        "submissions": submission_schemas(load_workflow(state["workflow"]), state["phase"]),
     }
     return ToolResult(status="ok", message=why, data=data)
 
@@ -296,7 +256,7 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
 def answer(args: AnswerArgs, env: ToolEnv) -> ToolResult:
     from orchestrator import engine
 
-    state = _live_state(env.store, args.run_id)
+    state = live_state(env.store, args.run_id)
     question = next((q for q in state["pending"] if q["key"] == args.key), None)
     if question is None:
         pending = ", ".join(q["key"] for q in state["pending"]) or "none"
@@ -310,25 +270,18 @@ def answer(args: AnswerArgs, env: ToolEnv) -> ToolResult:
     return state_result(outcome.state, lead=f"answer {args.key} recorded; call advance")
 
 
-def submit_patch(args: SubmitPatchArgs, env: ToolEnv) -> ToolResult:
-    submit = _feature("orchestrator.ledger", "submit_patch", tool="submit_patch", store=env.store, run_id=args.run_id)
-    outcome = submit(args.run_id, diff=args.diff, label=args.label, store=env.store, actor="agent",
-                     tool_call_id=env.call_id)
+def submit(args: SubmitArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator import engine
+
+    outcome = engine.submit(args.run_id, args.kind, args.args, store=env.store, actor="agent",
+                            tool_call_id=env.call_id, progress=env.progress)
     return state_result(outcome.state, exit_code=outcome.exit_code, messages=outcome.messages)
 
 
 def revert_patches(args: RevertPatchesArgs, env: ToolEnv) -> ToolResult:
-    revert = _feature("orchestrator.ledger", "revert_patches", tool="revert_patches", store=env.store,
-                      run_id=args.run_id)
+    from orchestrator.ledger import revert_patches as revert
+
     outcome = revert(args.run_id, store=env.store, actor="agent", tool_call_id=env.call_id)
-    return state_result(outcome.state, exit_code=outcome.exit_code, messages=outcome.messages)
-
-
-def submit_candidate(args: SubmitCandidateArgs, env: ToolEnv) -> ToolResult:
-    submit = _feature("phases.local_compile_perf.candidates", "submit_candidate", tool="submit_candidate",
-                      store=env.store, run_id=args.run_id)
-    outcome = submit(args.run_id, branch=args.branch, label=args.label, store=env.store, actor="agent",
-                     tool_call_id=env.call_id)
     return state_result(outcome.state, exit_code=outcome.exit_code, messages=outcome.messages)
 
 
@@ -359,40 +312,26 @@ def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
 
 
 def read_file(args: ReadFileArgs, env: ToolEnv) -> ToolResult:
-    scope = _scope(env.store.read_state(args.run_id))
+    scope = scope_for(env.store.read_state(args.run_id))
     data = files.read_text(scope, args.path, offset=args.offset, max_chars=args.max_chars)
     return ToolResult(status="ok", message=f"{data['kind']} {data['path']}", data=data)
 
 
 def write_file(args: WriteFileArgs, env: ToolEnv) -> ToolResult:
-    data = files.write_text(_scope(_live_state(env.store, args.run_id)), args.path, args.content)
+    data = files.write_text(scope_for(live_state(env.store, args.run_id)), args.path, args.content)
     return ToolResult(status="ok", message=f"wrote {data['path']}; call advance when the fix is complete", data=data)
 
 
 def apply_diff(args: ApplyDiffArgs, env: ToolEnv) -> ToolResult:
-    data = files.apply_unified_diff(_scope(_live_state(env.store, args.run_id)), args.diff)
+    data = files.apply_unified_diff(scope_for(live_state(env.store, args.run_id)), args.diff)
     return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; call advance when done", data=data)
-
-
-def _feature(module: str, attr: str, *, tool: str, store: Any, run_id: str) -> Callable[..., Any]:
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except ModuleNotFoundError as exc:
-        if not exc.name or not module.startswith(exc.name):
-            raise
-    except AttributeError:
-        pass
-    workflow = store.read_state(run_id)["workflow"]
-    raise FeatureUnavailable(f"{tool} is not available for this run's workflow ({workflow}): "
-                             f"{module}.{attr} is not part of this orchestrator install")
 
 
 _SPECS = [
     ("start_run", StartRunArgs, start_run), ("status", StatusArgs, status), ("advance", AdvanceArgs, advance),
     ("list_runs", ListRunsArgs, list_runs), ("read_artifact", ReadArtifactArgs, read_artifact),
-    ("explain", ExplainArgs, explain), ("answer", AnswerArgs, answer), ("submit_patch", SubmitPatchArgs, submit_patch),
-    ("revert_patches", RevertPatchesArgs, revert_patches),
-    ("submit_candidate", SubmitCandidateArgs, submit_candidate), ("note", NoteArgs, note),
+    ("explain", ExplainArgs, explain), ("answer", AnswerArgs, answer), ("submit", SubmitArgs, submit),
+    ("revert_patches", RevertPatchesArgs, revert_patches), ("note", NoteArgs, note),
     ("escalate", EscalateArgs, escalate), ("read_file", ReadFileArgs, read_file),
     ("write_file", WriteFileArgs, write_file), ("apply_diff", ApplyDiffArgs, apply_diff),
 ]

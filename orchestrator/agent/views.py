@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.agent import files
 from orchestrator.agent.tool_args import Status, ToolResult
+from orchestrator.errors import OrchestratorError, RunFinished
 
 
 def state_result(state: dict[str, Any], *, exit_code: int | None = None, messages: tuple[str, ...] = (),
@@ -67,3 +69,45 @@ def clip(value: Any, limit: int = 8000) -> Any:
     if len(text) <= limit:
         return value
     return {"truncated": True, "json_head": text[:limit], "hint": "read the phase's artifacts for the full findings"}
+
+
+def scope_for(state: dict[str, Any]) -> files.Scope:
+    """What an agent may edit in the run's current phase (its allowed paths, less the frozen ones)."""
+    from pathlib import Path
+
+    spec = phase_spec(state)
+    allowed = spec.allowed_paths if spec is not None else ()
+    return files.Scope(target=Path(state["target"]), phase=state["phase"], allowed_paths=tuple(allowed),
+                       frozen=_workflow_frozen(state))
+
+
+def _workflow_frozen(state: dict[str, Any]) -> tuple[str, ...]:
+    from orchestrator.workflow import load_workflow
+
+    try:
+        return tuple(load_workflow(state["workflow"]).frozen)
+    except OrchestratorError:
+        return ()
+
+
+def phase_spec(state: dict[str, Any]) -> Any:
+    """The table row of the run's current phase (None when it waits in none)."""
+    from orchestrator.workflow import load_workflow
+
+    workflow = load_workflow(state["workflow"])
+    return next((p for p in workflow.phases if p.name == state["phase"]), None)
+
+
+def live_state(store: Any, run_id: str) -> dict[str, Any]:
+    """The run's state; RunFinished when it is done or aborted."""
+    state = store.read_state(run_id)
+    if state["status"] in ("done", "aborted"):
+        raise RunFinished(f"run {run_id} is {state['status']}; start a new run instead")
+    return state
+
+
+def submission_schemas(workflow: Any, phase: str) -> dict[str, Any]:
+    """The submission rows the phase takes: kind -> what it is and its fields' JSON schema (for ``submit``)."""
+    return {kind: {"description": " ".join((row.args.__doc__ or kind).split()),
+                   "args_schema": row.args.model_json_schema(union_format="primitive_type_array")}
+            for kind, row in workflow.submissions.items() if row.phase == phase}

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.ledger import patch_row
 from orchestrator.workflow import PatchPolicy, PhaseSpec, Workflow
 from phases.add_moe_model import rules
 from phases.add_moe_model.start import prepare
@@ -27,7 +28,7 @@ NOTES = {
     "numerics": "HF is the gold standard: never patch HF modules, never loosen thresholds (PASS KL<1e-6, WARN<1e-3). "
                 "Fix ERROR/SKIP in the experiment folder: ValueError from the probe -> synthetic config; shape "
                 "mismatch -> adapter; grouped_mm RuntimeError -> expert weight shapes; FAIL -> routing or transfer.",
-    "gap_analysis": "Fully automatic, no questions. Temporary core patches only through submit_patch (one at a "
+    "gap_analysis": "Fully automatic, no questions. Temporary core patches only through submit kind=patch (one at a "
                     "time, each measured); every patch is reverted with proof before the phase passes.",
     "parallelism": "TP sharding only via _sharding_config (colwise_config / rowwise_config / _replicate_config); "
                    "no forward hooks, no parallelize_module, no redundant-compute TP.",
@@ -83,6 +84,7 @@ WORKFLOW = Workflow(
            "parallelism_rows_accounted": rules.parallelism_rows_accounted},
     scope=(EXP,),
     frozen=rules.FROZEN,
+    submissions={"patch": patch_row("gap_analysis")},
     patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
                         row_kind="gap_row"),
     human_options=("branch", "commit"),

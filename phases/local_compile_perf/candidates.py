@@ -1,7 +1,8 @@
 """Candidates: the agent submits a branch; the engine measures it and rules on it.
 
-``submit_candidate`` (the ``orchestrator candidate`` command and the agent's tool) takes the
-run's lock, records a ``candidate_submitted`` record and drives the run on: pick_fix picks
+A candidate is the workflow's ``candidate`` submission row (``engine.submit``: the
+``orchestrator submit RUN candidate`` command, its ``candidate`` alias and the agent's ``submit``
+tool): ``accept_candidate`` records a ``candidate_submitted`` record and the engine drives the run on: pick_fix picks
 the submission up and replays it on the stack, then graph budget -> screen and confirm ->
 correctness -> commit and scope. Each of those phases either passes the candidate on or
 rejects it (a ``candidate_verdict`` record with its numbers, route "rejected" back to
@@ -16,14 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from orchestrator.errors import UsageError
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 
-WORKFLOW_NAME = "local-compile-perf"
 PICK_PHASE = "pick_fix"
 IN_CHECKOUT = "phases.local_compile_perf.work.checkout:run_in_checkout"
 """Worker that runs another worker inside a candidate's or the stack's checkout."""
@@ -71,57 +71,40 @@ def reject(ctx: PhaseContext, cand: Candidate, reason: str, *, numbers: dict[str
                        data={"verdict": record}, route="rejected")
 
 
-def submit_candidate(run_id: str, *, branch: str, label: str, store: Any, actor: str,
-                     tool_call_id: str | None = None, regions: tuple[str, ...] = (),
-                     progress: Any = None) -> Any:
-    """Record a candidate branch for run ``run_id`` and advance the candidate phases.
+class CandidateArgs(BaseModel):
+    """A candidate optimisation branch of the run's target, submitted for measurement (local-compile-perf)."""
 
-    Args:
-        run_id: a local-compile-perf run waiting in pick_fix.
-        branch: a branch of the run's target holding the rewrite (any base; it is replayed
-            onto the stack tip).
-        label: short name, e.g. "real-arithmetic RoPE"; names the stack branch.
-        store: the RunStore.
-        actor: "agent" or "human" (who submitted).
-        tool_call_id: the agent tool call, when submitted through a tool.
-        regions: regions to enable with it (default: those declared in its changed files).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    branch: str
+    """Git branch in the target that holds the candidate (any base; it is replayed onto the stack tip)."""
+    label: str
+    """Short label for the candidate, e.g. "fuse rmsnorm"; it names the stack branch."""
+    regions: tuple[str, ...] = ()
+    """Regions to enable with it, a list or "a,b" (default: those declared in its changed files)."""
 
-    Returns:
-        orchestrator.engine.Outcome after the run stopped again (next pick, or a failure).
+    @field_validator("regions", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return tuple(r for r in value.split(",") if r) if isinstance(value, str) else value
 
-    Raises:
-        UsageError: wrong workflow, the run is not waiting in pick_fix, empty label or
-            unknown branch (nothing is recorded then).
+
+def accept_candidate(ctx: Any, args: CandidateArgs, tool_call_id: str | None) -> None:
+    """The candidate row's check: refuse an empty label or unknown branch, else record the submission.
+
+    The engine then drives the run on under the same lock: pick_fix picks the submission up.
     """
-    from orchestrator import engine
-    from orchestrator import events as ev
-    from orchestrator.workflow import load_workflow
-
-    if not label.strip():
+    if not args.label.strip():
         raise UsageError("candidate needs --label TEXT: it names the stack branch")
-    with store.open_run(run_id) as run:
-        state = run.state
-        engine.refuse_terminal(state)
-        _check_submittable(state, branch=branch)
-        record = {"id": f"c{len(submissions(state)) + 1}-{secrets.token_hex(2)}", "branch": branch,
-                  "label": label.strip(), "regions": list(regions), "actor": actor, "tool_call_id": tool_call_id,
-                  "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        run.append(ev.RecordAdded(kind="candidate_submitted", record=record), actor=actor, phase=state["phase"])
-        run.flush()
-        workflow = load_workflow(state["workflow"])
-        # NOTE: driven under the lock taken here, so no other command can slip in between
-        # the submission and the phases that rule on it.
-        return engine.drive_open_run(run, workflow, progress=progress or (lambda _m: None), max_phases=None)
+    _check_branch(ctx.state, branch=args.branch)
+    record = {"id": f"c{len(submissions(ctx.state)) + 1}-{secrets.token_hex(2)}", "branch": args.branch,
+              "label": args.label.strip(), "regions": list(args.regions), "actor": ctx.actor,
+              "tool_call_id": tool_call_id, "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    ctx.add_record("candidate_submitted", record)
 
 
-def _check_submittable(state: dict[str, Any], *, branch: str) -> None:
+def _check_branch(state: dict[str, Any], *, branch: str) -> None:
     import git
 
-    if state["workflow"] != WORKFLOW_NAME:
-        raise UsageError(f"run {state['run_id']} is a {state['workflow']} run; candidates belong to {WORKFLOW_NAME}")
-    if state["phase"] != PICK_PHASE:
-        raise UsageError(f"run {state['run_id']} is in phase {state['phase']}; candidates are taken while it "
-                         f"waits in {PICK_PHASE} (run `orchestrator advance {state['run_id']}` first)")
     heads = {h.name for h in git.Repo(Path(state["target"])).heads}
     if branch not in heads:
         raise UsageError(f"branch {branch!r} is not a branch of {state['target']}; create it there first "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.workflow import PhaseSpec, Workflow
+from orchestrator.workflow import PhaseSpec, Submission, Workflow
+from phases.local_compile_perf.candidates import PICK_PHASE, CandidateArgs
 from phases.local_compile_perf.plan import LcpOptions, prepare
 from phases.local_compile_perf.rules import RULES
 
@@ -66,4 +67,6 @@ WORKFLOW = Workflow(
     prepare=prepare,
     gates={"candidate_pending": candidate_pending, "baselines_measured": baselines_measured},
     rules=RULES,
+    submissions={"candidate": Submission(phase=PICK_PHASE, args=CandidateArgs, noun="candidates",
+                                         check=f"{PACKAGE}.candidates:accept_candidate")},
 )

@@ -49,5 +49,6 @@ WORKFLOW = Workflow(
     name="patchy", description="ledger test workflow", options=Options, prepare=prepare,
     phases=(PhaseSpec(name="probe", module="tests.toyflow.patchflow"),),
     scope=("exp/",),
+    submissions={"patch": ledger.patch_row("probe")},
     patches=PatchPolicy(phase="probe", measure="tests.toyflow.patchflow:measure", row_kind="gap_row"),
 )
