@@ -1,8 +1,8 @@
 """The temporary-patch ledger: core edits that must be measured, then reverted with proof.
 
 A patch enters only as the ``patch`` submission row (``engine.submit``: CLI ``orchestrator
-submit RUN patch`` or ``orchestrator patch``, agent tool ``submit``) or ``apply_in_context`` (a phase's built-in recipe): the ledger checks
-the diff applies, refuses paths inside the workflow's permanent scope (those are normal
+submit RUN patch`` or ``orchestrator patch``, agent tool ``submit``) or ``apply_in_context``
+(a phase's built-in recipe): the ledger checks the diff applies, refuses paths inside the workflow's permanent scope (those are normal
 edits), takes the workspace's patch lock, records every touched file's blob id before and
 after, applies with ``git apply``, and immediately runs the workflow's measurement so that
 no row exists without a run behind it. ``revert_all`` restores each file to the base and
@@ -25,7 +25,7 @@ from orchestrator.workflow import PATCH, Submission
 LOCK_NAME = "orchestrator-patch-holder.json"
 
 
-def apply_in_context(ctx: Any, *, diff: str, label: str, scope: tuple[str, ...], actor: str = "engine") -> dict[str, Any]:
+def apply_in_context(ctx: Any, *, diff: str, label: str, scope: tuple[str, ...]) -> dict[str, Any]:
     """Apply one temporary patch in the current phase, record it, measure it. Returns the event data."""
     target = Path(ctx.target)
     paths = diff_paths(target, diff)
