@@ -64,7 +64,7 @@ def report(args: argparse.Namespace) -> list[str]:
     from phases.kit.harness import build_tree_workload, resolve_dtype
     from phases.kit.harness import load_harness
 
-    harness = load_harness("examples.moe_layer.harness:build_harness")
+    harness = load_harness("phases.local_compile_perf.embedded.moe_layer.harness:build_harness")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"{harness.spec.name} {args.dtype} {args.tokens} tokens on {device}, torch {torch.__version__}", flush=True)
     reference, routing, bad = None, {}, []

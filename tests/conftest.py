@@ -93,3 +93,11 @@ def call_worker(func: str, request: dict, *, target: Path = ROOT, timeout_s: flo
     result = run_worker(func, request, target=target, timeout_s=timeout_s)
     assert result.answer is not None, result.log.decode("utf-8", "replace")[-3000:]
     return result.answer
+
+
+@pytest.fixture(scope="session")
+def embedded_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded target as a workflow sees it: a git workspace with ``examples/moe_layer`` (shared, read only)."""
+    from phases.local_compile_perf.workspace import materialize_embedded_workspace
+
+    return materialize_embedded_workspace(tmp_path_factory.mktemp("embedded-state"))

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-EMBEDDED = "examples.moe_layer.harness:build_harness"
+EMBEDDED = "phases.local_compile_perf.embedded.moe_layer.harness:build_harness"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import torch
 from phases.kit.correctness import capture_fwd_bwd, compare_captures
 from phases.kit.routing import find_routers, record_routing, replay_routing
 
-EMBEDDED = "examples.moe_layer.harness:build_harness"
+EMBEDDED = "phases.local_compile_perf.embedded.moe_layer.harness:build_harness"
 ROUTER = "1.ffn.router"
 
 

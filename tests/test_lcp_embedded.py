@@ -10,12 +10,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from examples.moe_layer import local_compile as lc  # noqa: E402
-from examples.moe_layer.config import DSV3_REAL, dsv3_config  # noqa: E402
-from examples.moe_layer.experts import GroupedExperts, resolve_expert_backend  # noqa: E402
-from examples.moe_layer.harness import build_harness  # noqa: E402
-from examples.moe_layer.moe import combine_tokens, dispatch_tokens  # noqa: E402
-from examples.moe_layer.router import route_tokens  # noqa: E402
+from phases.local_compile_perf.embedded.moe_layer import local_compile as lc  # noqa: E402
+from phases.local_compile_perf.embedded.moe_layer.config import DSV3_REAL, dsv3_config  # noqa: E402
+from phases.local_compile_perf.embedded.moe_layer.experts import GroupedExperts, resolve_expert_backend  # noqa: E402
+from phases.local_compile_perf.embedded.moe_layer.harness import build_harness  # noqa: E402
+from phases.local_compile_perf.embedded.moe_layer.moe import combine_tokens, dispatch_tokens  # noqa: E402
+from phases.local_compile_perf.embedded.moe_layer.router import route_tokens  # noqa: E402
 from phases.kit.harness import load_harness  # noqa: E402
 from phases.local_compile_perf.workspace import load_candidates, materialize_embedded_workspace  # noqa: E402
 
@@ -65,10 +65,10 @@ def test_harness_spec_and_load(harness):
     assert harness.spec.upstream_regions == ("router",)
     assert set(harness.spec.upstream_regions) < set(harness.spec.all_regions)
     assert harness.spec.layer_kinds == ("dense", "moe")
-    loaded = load_harness("examples.moe_layer.harness:build_harness")
+    loaded = load_harness("phases.local_compile_perf.embedded.moe_layer.harness:build_harness")
     assert loaded.spec.all_regions == harness.spec.all_regions
     with pytest.raises(ValueError, match="pkg.module:factory"):
-        load_harness("examples.moe_layer.harness")
+        load_harness("phases.local_compile_perf.embedded.moe_layer.harness")
 
 
 def test_router_picks_within_kept_groups():
@@ -101,7 +101,7 @@ def test_dispatch_combine_matches_per_token_loop():
 
 def test_off_cpu_only_references_may_take_the_per_expert_loop(monkeypatch):
     """CUDA's grouped GEMM is bf16-only: fp32/fp64 captures take the loop, a bf16 model must not."""
-    from examples.moe_layer import experts
+    from phases.local_compile_perf.embedded.moe_layer import experts
 
     monkeypatch.setattr(experts, "probe_grouped_mm", lambda device, dtype: False)
     cuda = torch.device("cuda")

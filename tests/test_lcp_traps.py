@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from examples.moe_layer.harness import build_harness  # noqa: E402
+from phases.local_compile_perf.embedded.moe_layer.harness import build_harness  # noqa: E402
 from phases.local_compile_perf.work.traps import (  # noqa: E402
     check_accumulating_grads,
     check_detached_inputs,
@@ -22,7 +22,6 @@ from phases.local_compile_perf.work.traps import (  # noqa: E402
 )
 from phases.local_compile_perf.workspace import materialize_embedded_workspace  # noqa: E402
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 KW = dict(tokens=32, device="cpu", dtype=torch.bfloat16)
 
 
@@ -81,8 +80,8 @@ class UnseededBuffer(DetachedInputs):
         return workload
 
 
-def test_embedded_harness_passes_every_trap(harness):
-    findings = check_harness_traps(harness, tokens=32, device="cpu", target=PROJECT_ROOT)
+def test_embedded_harness_passes_every_trap(harness, embedded_workspace):
+    findings = check_harness_traps(harness, tokens=32, device="cpu", target=embedded_workspace)
     assert [f.trap for f in findings] == ["detached_inputs", "accumulating_grads", "unseeded_state", "dtype_init",
                                           "precision_mismatch"]
     assert all(f.status == "pass" for f in findings), [f.message for f in findings]
@@ -124,10 +123,10 @@ def test_dtype_dependent_draws_are_caught(harness):
     assert finding.evidence["max_rel_l2"] > 1.0
 
 
-def test_precision_mismatch_is_caught(harness):
+def test_precision_mismatch_is_caught(harness, embedded_workspace):
     wrong = build_harness(scale="small")
     wrong.spec = wrong.spec.model_copy(update={"fp32_precision": "ieee"})
-    finding = check_precision(wrong, target=PROJECT_ROOT, **KW)
+    finding = check_precision(wrong, target=embedded_workspace, **KW)
     assert finding.status == "fail" and "trainer sets 'tf32'" in finding.message
 
 

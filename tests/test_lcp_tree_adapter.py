@@ -73,15 +73,15 @@ def test_newer_main_tree_lists_regions_and_precision(tmp_path):
     assert [h.value for h in inventory.override_kernels] == ["fused_mla"]
 
 
-def test_embedded_plan_lists_only_the_decorated_regions():
+def test_embedded_plan_lists_only_the_decorated_regions(embedded_workspace):
     """A new user's plan listed a region `name` at local_compile.py:3: its docstring."""
     from phases.local_compile_perf.plan import probe_inventory
 
-    inventory = probe_inventory(PROJECT_ROOT, kind="embedded")
+    inventory = probe_inventory(embedded_workspace, kind="embedded")
     assert inventory["regions"] == [
         "swiglu (examples/moe_layer/experts.py:55)", "rms_norm (examples/moe_layer/norm.py:11)",
         "rope (examples/moe_layer/rope.py:21)", "router (examples/moe_layer/router.py:17)"]
-    assert '@local_compile("name")' in (PROJECT_ROOT / "examples/moe_layer/local_compile.py").read_text()
+    assert '@local_compile("name")' in (embedded_workspace / "examples/moe_layer/local_compile.py").read_text()
 
 
 def test_older_tree_and_conflicting_precision(tmp_path):
@@ -98,8 +98,8 @@ def test_older_tree_and_conflicting_precision(tmp_path):
     assert precision is None and "trainer.py" in source and "train.py" in source
 
 
-def test_embedded_library_declares_its_precision():
-    precision, source = resolve_target_fp32_precision(PROJECT_ROOT)
+def test_embedded_library_declares_its_precision(embedded_workspace):
+    precision, source = resolve_target_fp32_precision(embedded_workspace)
     assert precision == "tf32"
     assert "trainer_settings.py" in source
 

@@ -1,13 +1,13 @@
 """The embedded target as a git workspace: pristine ``main`` plus one branch per candidate.
 
-``materialize_embedded_workspace(state_dir)`` copies ``examples/moe_layer`` (with the
-``examples`` package marker) into ``state_dir/workspaces/moe-layer-<hash>/``, where the
+``materialize_embedded_workspace(state_dir)`` copies ``embedded/moe_layer`` (with the
+package marker) as ``examples/moe_layer`` into ``state_dir/workspaces/moe-layer-<hash>/``, where the
 hash covers the library and the candidate folders, so an edit to either makes a new
 workspace instead of silently reusing a stale one. The tree is built in a temporary
 folder and renamed into place, so a crash never leaves a half-made workspace behind;
 an existing clean workspace is reused and only missing candidate branches are added.
 
-Candidates live in ``candidates/<name>/`` (``meta.json`` + ``change.diff`` against ``main``);
+Candidates live in ``embedded/candidates/<name>/`` (``meta.json`` + ``change.diff`` against ``main``);
 each becomes one commit on top of ``main`` on its ``branch``. Engine side:
 GitPython only, no torch.
 """
@@ -26,16 +26,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _embedded_root() -> Path:
-    """The ``examples`` package: the repository's ``examples/`` in a checkout, the copy installed
-    as ``phases.local_compile_perf.embedded`` from a wheel (a top-level ``examples`` package
-    would clash with other projects' in site-packages)."""
-    in_checkout = PROJECT_ROOT / "examples"
-    return in_checkout if (in_checkout / "moe_layer").is_dir() else Path(__file__).resolve().parent / "embedded"
-
-
-EMBEDDED_ROOT = _embedded_root()
-CANDIDATES_DIR = Path(__file__).resolve().parent / "candidates"
+EMBEDDED_ROOT = Path(__file__).resolve().parent / "embedded"
+"""The embedded library (``moe_layer/``), copied into each workspace as the ``examples`` package
+(inside our own namespace here: a top-level ``examples`` package would clash in site-packages)."""
+CANDIDATES_DIR = EMBEDDED_ROOT / "candidates"
 BOT = git.Actor("orchestrator", "orchestrator@localhost")
 """Author and committer of every commit the workflow makes (no git identity needed on the host)."""
 GITIGNORE = "__pycache__/\n*.pyc\n"
