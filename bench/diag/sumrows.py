@@ -72,7 +72,8 @@ def make_outside(compile_inner):
     return lambda rows, token_index, slot, shared: SumRowsAdd.apply(rows, token_index, slot, shared)
 
 
-variants = {"as shipped": {}, "copy": {"copy": True}, "index_select": {"index_select": True}, "clone_out": {"clone_out": True}}
+variants = {"as shipped": {}, "copy": {"copy": True}, "index_select": {"index_select": True},
+            "clone_out": {"clone_out": True}}
 for loop in (True, False):
     for dtype in (torch.float32, torch.bfloat16):
         tag = f"{str(dtype)[6:]:9s} {'loop' if loop else 'matmul':6s}"
@@ -81,8 +82,10 @@ for loop in (True, False):
             torch._dynamo.reset()
             comp = run(torch.compile(make(**kw), fullgraph=True), dtype, loop)
             ok = abs(comp[0] - eager[0]) <= 1e-2 * eager[0]
-            print(f"{tag} {name:16s} eager w.grad {eager[0]:.5g} compiled {comp[0]:.5g} {'OK' if ok else 'WRONG'}", flush=True)
+            print(f"{tag} {name:16s} eager w.grad {eager[0]:.5g} compiled {comp[0]:.5g} {'OK' if ok else 'WRONG'}",
+                  flush=True)
         torch._dynamo.reset()
         comp = run(make_outside(True), dtype, loop)
         ok = abs(comp[0] - eager[0]) <= 1e-2 * eager[0]
-        print(f"{tag} {'fn outside':16s} eager w.grad {eager[0]:.5g} compiled {comp[0]:.5g} {'OK' if ok else 'WRONG'}", flush=True)
+        print(f"{tag} {'fn outside':16s} eager w.grad {eager[0]:.5g} compiled {comp[0]:.5g} {'OK' if ok else 'WRONG'}",
+              flush=True)
