@@ -147,11 +147,12 @@ def _routing(args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
 
 
 def run_titan_routed(titan: Any, hidden: Any, indices: Any, weights: Any) -> Any:
-    """Titan's dispatch + GroupedExperts + combine on HF's routing decision."""
+    """Titan's dispatch + GroupedExperts + combine on HF's routing decision, in the layout it takes."""
     import torch
 
-    tokens, dim = hidden.reshape(-1, hidden.shape[-1]).shape
-    k = indices.shape[-1]
-    ids = indices.reshape(1, tokens, k).long()
+    from phases.add_moe_model.work.layout import detect_routed_layout
+
+    layout = detect_routed_layout(titan.routed_experts)
+    ids = layout.per_token(indices).long()
     counts = torch.bincount(ids.flatten(), minlength=titan.routed_experts.inner_experts.num_experts)
-    return titan.routed_experts(hidden.reshape(1, tokens, dim), weights.reshape(1, tokens, k).float(), ids, counts)
+    return titan.routed_experts(layout.per_token(hidden), layout.per_token(weights).float(), ids, counts)
