@@ -91,8 +91,7 @@ def explain_failure(verdict: TreeScriptVerdict, *, our_layout: str) -> str:
     if fed and dims and any(len(shape) != dims for shape in fed):
         return (f"{said}: it feeds the Titan MoE input of shape {fed[0]}, but the target's MoE takes "
                 f"x_{layout} ({dims}-D) per {our_layout.partition(': ')[2]}; the script was not updated "
-                "for this tree's MoE layout. The skill allows no edit of it beyond _MODEL_CONFIGS, so the "
-                "built-in comparison (which feeds the layout the code takes) stands")
+                "for this tree's MoE layout (the skill allows no edit of it beyond _MODEL_CONFIGS)")
     if not fed and verdict.status == "ERROR":
         return f"{said} before its Titan MoE ran; the cause is in the script's output above"
     return f"{said}; the Titan MoE received {fed or 'nothing'} (layout {our_layout or 'not determined'})"
@@ -150,7 +149,23 @@ def attach(ctx: Any, result: PhaseResult) -> PhaseResult:
     route = result.route
     if stand["stands"] == "tree_script" and result.outcome == "passed" and script.status != "PASS":
         route = "gap"
+    if script.shipped:
+        ctx.write_artifact("numerics_verdicts.txt", side_by_side(ours, script, stand))
     summary = result.summary + (f"; tree script {script.status}, {stand['stands']} verdict stands"
                                 if script.shipped else "")
     data = {**result.data, "tree_script": script.model_dump(), "verdict_standing": stand}
     return dataclasses.replace(result, summary=summary, data=data, route=route)
+
+
+def side_by_side(ours: dict[str, Any], script: TreeScriptVerdict, stand: dict[str, str]) -> str:
+    def metrics(kl: Any, cos: Any, diff: Any) -> str:
+        return "  ".join(f"{n}={v:.2e}" if isinstance(v, float) and n != "cos" else f"{n}={v}"
+                         for n, v in (("KL", kl), ("cos", cos), ("max_diff", diff)))
+
+    return (f"built-in comparison ({ours.get('dtype')}, {ours.get('device')}): {ours.get('status')}  "
+            f"{metrics(ours.get('kl'), ours.get('cos_sim'), ours.get('max_diff'))}  "
+            f"round-trip {(ours.get('roundtrip') or {}).get('status')}\n"
+            f"tree script ({script.command}): {script.status}  {metrics(script.kl, script.cos_sim, script.max_diff)}"
+            f"  round-trip {script.roundtrip}\n"
+            f"stands: {stand['stands']}: {stand['why']}\n"
+            + (f"finding: {script.finding}\n" if script.finding else ""))

@@ -196,7 +196,9 @@ def collect_versions() -> dict[str, str]:
     import transformers
 
     try:
-        titan_version = importlib.metadata.version("torchtitan")
+        dist = importlib.metadata.distribution("torchtitan")
+        installed = str(dist.locate_file("torchtitan")) == str(torchtitan.__path__[0])
+        titan_version = dist.version if installed else f"checkout (not the installed {dist.version})"
     except importlib.metadata.PackageNotFoundError:
         titan_version = "unknown"
     return {"torch": torch.__version__, "transformers": transformers.__version__,
