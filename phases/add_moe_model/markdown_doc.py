@@ -51,6 +51,8 @@ def upsert_subsection(text: str, *, section: str, heading: str, body: str) -> st
             new.append("")
         lines[insert:insert] = new
         return "\n".join(lines)
+    if at + 1 < end and lines[at + 1].strip():  # the document's own style: body right under the heading
+        block.remove("")
     stop = next((i for i in range(at + 1, end) if lines[i].startswith("### ")), end)
     blanks = 0
     while stop - blanks - 1 > at and lines[stop - blanks - 1].strip() == "":

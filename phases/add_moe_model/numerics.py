@@ -8,6 +8,11 @@ dominates a synthetic model's cost on CPU. The verdict decides the route:
 PASS -> "pass"; WARN or FAIL -> "gap" (Phase 3c is mandatory then); ERROR, SKIP or a
 failed state-dict round trip -> needs_agent with the skill's triage as issues.
 
+Where the target ships the skill's numerical_equivalence.py, that script runs too, for the
+same model (``tree_scripts``): its verbatim output and parsed verdict sit beside ours, with
+which verdict stands and why. When the kernel kills the two-dtype worker (Mixtral-sized
+experts on a small machine), the bf16 verdict runs alone and the trail says so.
+
 Thresholds live in the worker module as our constants; nothing is read from the target.
 Engine side: no torch import here or at import time of the worker module.
 """
@@ -19,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import tree_scripts
 
@@ -56,13 +62,26 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return PhaseResult(outcome="needs_agent", summary=entry.message, issues=(entry,))
     request = build_request(entry, options=ctx.options)
     ctx.progress(f"{request['model_type']} in {', '.join(request['dtypes'])}")
-    answer = ctx.call_worker(WORKER, request, label="numerics")
+    answer = call_compare(ctx, request)
     results = [CompareResult.model_validate(r) for r in answer["results"]]
     ctx.write_artifact("numerics.json", json.dumps([r.model_dump() for r in results], indent=2, sort_keys=True))
     ctx.write_artifact("numerics.txt", ctx.render("numerics_table.txt.j2", table=build_table(results)))
     for result in results:
         record_metrics(ctx, result)
     return tree_scripts.attach(ctx, decide(results))
+
+
+def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
+    """Both dtypes in one worker; when the kernel kills it (SIGKILL: memory), the bf16 verdict alone."""
+    try:
+        return ctx.call_worker(WORKER, request, label="numerics")
+    except WorkerFailed as exc:
+        if "(exit -9)" not in str(exc) or request["dtypes"] == [VERDICT_DTYPE]:
+            raise
+    ctx.note(f"numerics worker was killed (exit -9, SIGKILL: most likely out of memory) comparing "
+             f"{', '.join(request['dtypes'])}; the {VERDICT_DTYPE} verdict runs alone, without the "
+             f"{DIAGNOSTIC_DTYPE} diagnostic", kind="finding")
+    return ctx.call_worker(WORKER, {**request, "dtypes": [VERDICT_DTYPE]}, label="numerics verdict only")
 
 
 def resolve_synthetic_entry(results: dict[str, dict[str, Any]]) -> dict[str, Any] | Issue:

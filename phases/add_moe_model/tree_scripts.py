@@ -102,7 +102,8 @@ def standing(ours: dict[str, Any], script: TreeScriptVerdict) -> dict[str, str]:
     if not script.shipped:
         return {"stands": "builtin", "why": "the target ships no numerical_equivalence.py"}
     if script.status not in TIERS:
-        return {"stands": "builtin", "why": f"the tree's script gave no verdict: {script.finding}"}
+        return {"stands": "builtin", "why": f"the tree's script gave no verdict ({script.status}; the finding "
+                                            "says why)"}
     if ours.get("status") not in TIERS:
         return {"stands": "tree_script", "why": f"the built-in comparison ended {ours.get('status')}: "
                                                 f"{ours.get('error')}; the script's {script.status} stands"}
@@ -159,8 +160,9 @@ def attach(ctx: Any, result: PhaseResult) -> PhaseResult:
 
 def side_by_side(ours: dict[str, Any], script: TreeScriptVerdict, stand: dict[str, str]) -> str:
     def metrics(kl: Any, cos: Any, diff: Any) -> str:
-        return "  ".join(f"{n}={v:.2e}" if isinstance(v, float) and n != "cos" else f"{n}={v}"
-                         for n, v in (("KL", kl), ("cos", cos), ("max_diff", diff)))
+        shown = {"KL": f"{kl:.2e}" if isinstance(kl, float) else kl, "cos": f"{cos:.6f}" if isinstance(cos, float)
+                 else cos, "max_diff": f"{diff:.2e}" if isinstance(diff, float) else diff}
+        return "  ".join(f"{name}={value}" for name, value in shown.items())
 
     return (f"built-in comparison ({ours.get('dtype')}, {ours.get('device')}): {ours.get('status')}  "
             f"{metrics(ours.get('kl'), ours.get('cos_sim'), ours.get('max_diff'))}  "
