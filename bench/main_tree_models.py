@@ -10,6 +10,9 @@ the two decisions are taken as a user would, and each is written to ``<slug>.ste
 - agent, two probe findings it can fix inside the experiment folder, each from the probe's own
   message: the correction-bias key the adapter misnames, and projections tested with
   ``hasattr`` that HF sets to None.
+A run that stops before numerics (Gemma-4: core gaps, then an adapter that cannot map its
+layer-level keys) also gets the numerics worker alone on upstream's own ``_MODEL_CONFIGS`` entry
+(``<slug>.direct.json``), so its KL can still stand beside upstream's, labelled as such.
 ``table`` prints the markdown table of docs/add-moe-model-main.md: upstream's status and KL
 (parsed from the checkout's MODEL_COMPATIBILITY.md) next to ours, with where each run ended.
 """
@@ -61,7 +64,24 @@ def run_model(model: str, *, tree: Path, state: Path) -> dict:
         status = cli("advance", status["run_id"], state=state)
     (state / f"{slug(model)}.steps").write_text("".join(f"{s}\n" for s in steps))
     (state / f"{slug(model)}.json").write_text(json.dumps(status, indent=2) + "\n")
+    if status.get("phase") in ("preflight", "probe", "synthetic_config"):
+        model_type = next(t for t, m in MODELS.items() if m == model)
+        (state / f"{slug(model)}.direct.json").write_text(json.dumps(direct_numerics(tree, model_type), indent=2))
     return status
+
+
+def direct_numerics(tree: Path, model_type: str) -> dict:
+    """The numerics worker alone, on upstream's ``_MODEL_CONFIGS`` entry for ``model_type``."""
+    sys.path.insert(0, str(ROOT))
+    from orchestrator.worker import run_worker
+    from phases.add_moe_model.config_entry import find_model_configs
+    from phases.add_moe_model.tree_scripts import NE_PATH
+
+    configs = find_model_configs((tree / NE_PATH).read_text())
+    entry = next({kw.arg: ast.literal_eval(kw.value) for kw in value.keywords}
+                 for key, value in zip(configs.keys, configs.values) if key.value == model_type)
+    request = {"model_type": model_type, "config_kwargs": entry, "dtypes": ["bfloat16"], "device": "cpu"}
+    return run_worker("phases.add_moe_model.work.numerics:compare_dtypes", request, target=tree).answer
 
 
 def agent_fix(status: dict, target: Path) -> list[str]:
@@ -121,6 +141,10 @@ def table(tree: Path, state: Path) -> str:
         numerics = mine["numerics"] or {}
         verdict = numerics.get("verdict") or {}
         script = (numerics.get("tree_script") or {}).get("status", "not run")
+        direct = state / f"{slug(model)}.direct.json"
+        if not verdict and direct.is_file():
+            verdict = json.loads(direct.read_text())["results"][0]
+            verdict["status"] += " (worker alone, upstream's entry)"
         kl = f"{verdict['kl']:.2e}" if isinstance(verdict.get("kl"), float) else "-"
         cos = f"{verdict['cos_sim']:.6f}" if isinstance(verdict.get("cos_sim"), float) else "-"
         lines.append(f"| {row[0]} | {model_type} | {row[2]} | {row[3]} | {verdict.get('status', '-')} | {kl} | {cos} | "

@@ -181,3 +181,12 @@ def test_trees_own_script_runs_beside_and_its_failure_is_a_finding_with_its_caus
     assert "takes x_TD (2-D)" in script["finding"] and "moe.py:396" in script["finding"]
     notes = [e["data"]["text"] for e in main_qwen_run["trail"] if e["type"] == "note_added"]
     assert script["finding"] in notes
+
+
+def test_a_layout_the_target_declares_unsupported_is_not_an_unsharded_module():
+    from phases.add_moe_model.parallelism import declared_unsupported
+
+    dsa = {"status": "FAIL", "error": "NotImplementedError: GlmMoeDsaAttention: the DSA indexer is currently not "
+                                      "supported under tensor parallelism [at hf_sharding.py:352]"}
+    assert declared_unsupported(dsa)
+    assert not declared_unsupported({"status": "FAIL", "error": None, "unsharded_modules": ["layers.0.mlp"]})
