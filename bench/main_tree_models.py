@@ -5,8 +5,9 @@
 
 ``run`` gives every model a fresh clone of CHECKOUT (a git repo of the main snapshot, see
 ../shared/targets/README.md) and runs the workflow on CPU. Where the run stops for a person,
-the two decisions are taken as a user would, and each is written to ``<slug>.steps``:
+its decisions are taken as a user would, and each is written to ``<slug>.steps``:
 - human, probe blocker (core changes): continue anyway, as upstream kept Gemma-4 in its table;
+- human, torchrun rows this GPU-less machine cannot run: accept them as unrun;
 - agent, two probe findings it can fix inside the experiment folder, each from the probe's own
   message: the correction-bias key the adapter misnames, and projections tested with
   ``hasattr`` that HF sets to None.
@@ -52,10 +53,15 @@ def run_model(model: str, *, tree: Path, state: Path) -> dict:
     status = cli("run", "add-moe-model", "--model", model, "--target", str(target), "--branch", "new",
                  "--commit", "auto", "--device", "cpu", state=state)
     steps = []
-    for _ in range(4):
-        if status["code"] == 3 and any(q["key"] == "probe_blocker" for q in status.get("pending", [])):
+    for _ in range(6):
+        pending = {q["key"] for q in status.get("pending", [])} if status["code"] == 3 else set()
+        if "probe_blocker" in pending:
             steps.append("human: probe_blocker=continue_anyway (core gaps stay recorded)")
             status = cli("resume", status["run_id"], "--answer", "probe_blocker=continue_anyway", state=state)
+            continue
+        if "unrun_rows" in pending:
+            steps.append("human: unrun_rows=accept (no GPU here)")
+            status = cli("resume", status["run_id"], "--answer", "unrun_rows=accept", state=state)
             continue
         fixed = agent_fix(status, target) if status["code"] == 4 else []
         if not fixed:
