@@ -59,10 +59,18 @@ def build_synthetic_entry(real: Any) -> dict[str, Any]:
     from phases.add_moe_model.work.layers import predict_moe_layers
 
     entry = build_scaled_kwargs(real, ScalePlan(num_layers=1))
-    layers = predict_moe_layers(AutoConfig.for_model(**{**entry, "num_hidden_layers": 8}))
+    layers = predict_moe_layers(AutoConfig.for_model(**widened(entry, layers=8)))
     if layers and layers[0] > 0:
         entry = build_scaled_kwargs(real, ScalePlan(num_layers=layers[0] + 1))
     return entry
+
+
+def widened(entry: dict[str, Any], *, layers: int) -> dict[str, Any]:
+    """``entry`` with ``layers`` layers; per-layer lists (e.g. mlp_layer_types) repeat their last value."""
+    n = entry.get("num_hidden_layers")
+    out = {k: (v + v[-1:] * (layers - len(v)) if isinstance(v, list) and v and len(v) == n else v)
+           for k, v in entry.items()}
+    return {**out, "num_hidden_layers": layers}
 
 
 def check_synthetic_config(entry: dict[str, Any], real: Any) -> list[str]:
