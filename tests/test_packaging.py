@@ -41,7 +41,7 @@ def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
     assert (installed / "phases" / "add_moe_model" / "registry.json").is_file()
     assert list((installed / "phases" / "templates").glob("*.j2"))
     assert list((installed / "orchestrator" / "templates").glob("*.j2"))
-    assert list((installed / "phases" / "local_compile_perf" / "candidates").glob("*/meta.json"))
+    assert list((installed / "phases" / "local_compile_perf" / "embedded" / "candidates").glob("*/meta.json"))
     assert (installed / "phases" / "local_compile_perf" / "embedded" / "moe_layer" / "harness.py").is_file()
     assert not (installed / "examples").exists(), "no top-level examples package in site-packages"
 
