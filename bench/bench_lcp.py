@@ -51,7 +51,8 @@ def cli(*args: str, state_dir: Path, timeout: float) -> tuple[int, dict]:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
-    print(f"$ orchestrator {' '.join(args)} -> exit {proc.returncode} in {time.monotonic() - started:.0f} s", flush=True)
+    took = time.monotonic() - started
+    print(f"$ orchestrator {' '.join(args)} -> exit {proc.returncode} in {took:.0f} s", flush=True)
     try:
         return proc.returncode, json.loads(stdout or "{}")
     except ValueError:
@@ -165,14 +166,15 @@ def report(state_dir: Path, run_id: str) -> None:
     if bw:
         print(f"bandwidth: {bw[-1]['data']['samples'][0]:.3f} TB/s ({bw[-1]['data']['labels']['label']})")
     cited = [e["data"] for e in events if e["type"] == "measurement_recorded" and e["data"]["labels"].get("cited")]
-    spreads = [max(abs(s - statistics.median(m["samples"])) for s in m["samples"]) / statistics.median(m["samples"]) * 100
-               for m in cited if m["name"] == "wall_ms" and statistics.median(m["samples"])]
+    medians = [(m["samples"], statistics.median(m["samples"])) for m in cited if m["name"] == "wall_ms"]
+    spreads = [max(abs(s - median) for s in samples) / median * 100 for samples, median in medians if median]
     if spreads:
         print(f"confirmation spread (wall, max |run - median| / median): worst {max(spreads):.2f}%, "
               f"median {statistics.median(spreads):.2f}% over {len(spreads)} cited rows")
     for entry in run["records"].get("stack_entry", []):
         for j in entry["judged"]:
-            print(f"{entry['branch']} at {j['tokens']}: candidate/stack = {j['candidate'] / j['stack']:.3f} ({j['verdict']})")
+            ratio = j['candidate'] / j['stack']
+            print(f"{entry['branch']} at {j['tokens']}: candidate/stack = {ratio:.3f} ({j['verdict']})")
     for v in run["records"].get("candidate_verdict", []):
         print(f"verdict {v['label']}: {v['verdict']} at {v['phase']}: {v['reason']}")
     per_tokens = run["results"].get("findings", {}).get("per_tokens", [])
@@ -180,7 +182,8 @@ def report(state_dir: Path, run_id: str) -> None:
         if t["upstream"] and t["stack"]:
             print(f"{t['tokens']} tokens: stack/upstream wall = {t['stack']['wall_ms'] / t['upstream']['wall_ms']:.3f}")
         if t["per_layer"] and t["stack"]:
-            print(f"{t['tokens']} tokens: stack glue / per-layer glue = {t['stack']['glue_ms'] / t['per_layer']['glue_ms']:.3f}")
+            ratio = t['stack']['glue_ms'] / t['per_layer']['glue_ms']
+            print(f"{t['tokens']} tokens: stack glue / per-layer glue = {ratio:.3f}")
 
 
 def save(state_dir: Path, run_id: str, out: Path) -> None:
@@ -200,7 +203,8 @@ def main() -> None:
     p.add_argument("--per-layer-tokens", default="")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--deadline-s", type=float, default=540.0)
-    p.add_argument("--candidate-s", type=float, default=90.0, help="time one candidate needs, to stop before the deadline")
+    p.add_argument("--candidate-s", type=float, default=90.0,
+                   help="time one candidate needs, to stop before the deadline")
     p.add_argument("--branches", default=",".join(SHIPPED), help=f"comma list, in order, of: {', '.join(SHIPPED)}")
     p.add_argument("--resume", default="", help="RUN id in --state-dir to continue (waiting in pick_fix)")
     p.add_argument("--combine", default="", help="comma list of shipped rewrites submitted as ONE candidate/combined")

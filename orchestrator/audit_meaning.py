@@ -40,7 +40,8 @@ def check_meaning(events: list[dict[str, Any]], workflow: Any) -> list[tuple[int
         return [(None, "the trail does not start with run_started")]
     first = events[0]["data"]
     if first.get("initial_phase") != workflow.initial:
-        return [(0, f"the run starts in {first.get('initial_phase')!r}, the table's first phase is {workflow.initial!r}")]
+        return [(0, f"the run starts in {first.get('initial_phase')!r}, "
+                    f"the table's first phase is {workflow.initial!r}")]
     walk = _Walk(phase=workflow.initial)
     found: list[tuple[int | None, str]] = []
     for event in events[1:]:

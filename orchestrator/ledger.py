@@ -2,11 +2,11 @@
 
 A patch enters only as the ``patch`` submission row (``engine.submit``: CLI ``orchestrator
 submit RUN patch`` or ``orchestrator patch``, agent tool ``submit``) or ``apply_in_context``
-(a phase's built-in recipe): the ledger checks the diff applies, refuses paths inside the workflow's permanent scope (those are normal
-edits), takes the workspace's patch lock, records every touched file's blob id before and
-after, applies with ``git apply``, and immediately runs the workflow's measurement so that
-no row exists without a run behind it. ``revert_all`` restores each file to the base and
-proves it by comparing blob ids with the base commit.
+(a phase's built-in recipe): the ledger checks the diff applies, refuses paths inside the
+workflow's permanent scope (those are normal edits), takes the workspace's patch lock, records
+every touched file's blob id before and after, applies with ``git apply``, and immediately runs
+the workflow's measurement so that no row exists without a run behind it. ``revert_all``
+restores each file to the base and proves it by comparing blob ids with the base commit.
 """
 
 from __future__ import annotations

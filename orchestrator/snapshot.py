@@ -146,7 +146,8 @@ def empty_state(run_id: str) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "workflow": "", "target": "", "options": {},
         "base": {}, "phase": "", "status": "running", "awaiting": None, "pending": [], "issues": [],
-        "answers": {}, "agent_asked": [], "agent_answers": {}, "results": {}, "attempts": {}, "in_flight": None, "summary": "", "violations": [],
+        "answers": {}, "agent_asked": [], "agent_answers": {}, "results": {}, "attempts": {}, "in_flight": None,
+        "summary": "", "violations": [],
         "artifacts": {}, "open_patches": {}, "records": {}, "measurements": 0, "created_at": "",
         "updated_at": "", "last_seq": -1, "chain_head": GENESIS_HASH,
     }

@@ -22,7 +22,8 @@ from tests.test_agent_driver import ScriptedModel, assert_secret_absent
 
 pytestmark = pytest.mark.slow
 ADAPTER = "torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py"
-NE = "torchtitan/experiments/transformers_modeling_backend/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
+NE = ("torchtitan/experiments/transformers_modeling_backend/.claude/skills/add_moe_model/scripts/"
+      "numerical_equivalence.py")
 
 
 def bias_fix(target: Path) -> str:

@@ -84,4 +84,5 @@ def test_worker_timeout_is_killed_and_marked(toy_repo, tmp_path):
     request = {"n": 3, "mode": "slow", "sleep": 60, "marker": str(tmp_path / "marker")}
     result = run_worker("tests.toyflow.worker_fns:square", request, target=toy_repo, timeout_s=3)
     assert result.status == "timeout" and result.answer is None and result.seconds < 30
-    assert result.log.decode().rstrip().splitlines()[-1].startswith("FAILED tests.toyflow.worker_fns:square status=timeout")
+    last = result.log.decode().rstrip().splitlines()[-1]
+    assert last.startswith("FAILED tests.toyflow.worker_fns:square status=timeout")

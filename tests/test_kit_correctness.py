@@ -90,7 +90,8 @@ def test_one_ulp_perturbation_and_the_noise_band_rule():
     x = torch.randn(1000, dtype=torch.bfloat16)
     moved = x.clone()
     perturb_one_ulp(moved, seed=3)
-    up, down = torch.nextafter(x, torch.tensor(float("inf"), dtype=x.dtype)), torch.nextafter(x, torch.tensor(float("-inf"), dtype=x.dtype))
+    up = torch.nextafter(x, torch.tensor(float("inf"), dtype=x.dtype))
+    down = torch.nextafter(x, torch.tensor(float("-inf"), dtype=x.dtype))
     assert bool(((moved == up) | (moved == down)).all()) and 300 < int((moved == up).sum()) < 700
     ref = Captured(tensors={"a": torch.ones(4), "b": torch.ones(4)}, dtype="float32")
     cand = Captured(tensors={"a": torch.full((4,), 1.02), "b": torch.full((4,), 1.02)}, dtype="float32")

@@ -31,7 +31,8 @@ def build(harness, *, nudge: float = 0.0):
 
 
 def run(workload, replay=None):
-    with replay_routing(workload.layers, replay) if replay else nullcontext(), record_routing(workload.layers) as chosen:
+    replaying = replay_routing(workload.layers, replay) if replay else nullcontext()
+    with replaying, record_routing(workload.layers) as chosen:
         captured = capture_fwd_bwd(workload)
     return captured, chosen
 

@@ -82,7 +82,8 @@ class TinyHarness:
         if unknown:
             raise ValueError(f"unknown regions {unknown}; known: {sorted(REGIONS)}")
         _BOUND.clear()
-        _BOUND.update({n: torch.compile(REGIONS[n], fullgraph=True, dynamic=False, backend="aot_eager") for n in regions})
+        _BOUND.update({n: torch.compile(REGIONS[n], fullgraph=True, dynamic=False, backend="aot_eager")
+                       for n in regions})
 
     def compile_per_layer(self, workload: TinyWorkload) -> None:
         for layer in workload.layers:

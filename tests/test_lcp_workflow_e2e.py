@@ -79,7 +79,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     snapshot = json.loads((run_dir / "run.json").read_text())
     verdicts = {v["label"]: v for v in snapshot["records"]["candidate_verdict"]}
     rejected = verdicts["conjugate RoPE"]
-    assert rejected["verdict"] == "rejected" and rejected["numbers"]["per_region"]["rope"] > rejected["numbers"]["target"]
+    assert rejected["verdict"] == "rejected"
+    assert rejected["numbers"]["per_region"]["rope"] > rejected["numbers"]["target"]
     assert verdicts["narrow scores"]["verdict"] == "validated", verdicts["narrow scores"]
     entry = snapshot["records"]["stack_entry"][0]
     assert entry["branch"] == "stack/1-narrow-scores" and entry["regions"] == ["swiglu"]
@@ -87,8 +88,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     merge_base = subprocess.run(["git", "-C", str(target), "merge-base", "--is-ancestor", snapshot["base"]["commit"],
                                  entry["branch"]])
     assert merge_base.returncode == 0
-    settings = subprocess.run(["git", "-C", str(target), "show", f"{entry['branch']}:examples/moe_layer/trainer_settings.py"],
-                              capture_output=True, text=True).stdout
+    shown = f"{entry['branch']}:examples/moe_layer/trainer_settings.py"
+    settings = subprocess.run(["git", "-C", str(target), "show", shown], capture_output=True, text=True).stdout
     assert '"router", "swiglu"' in settings
     assert not list((state / "scratch").rglob("*.pt")), "correctness captures left on disk"
     (checked,) = [r for r in snapshot["records"]["correctness"] if r["candidate"] == verdicts["narrow scores"]["id"]]

@@ -162,8 +162,8 @@ def test_findings_keep_a_rejected_candidates_confirmed_timing():
     run = json.loads((ROOT / "bench/results/h200-2026-11-29-s3/run/run.json").read_text())
     confirmed = [{"metric": "wall_ms", "tokens": 2048, "delta_pct": -21.59}, {"metric": "wall_ms", "tokens": 16384,
                                                                               "delta_pct": -14.4}]
-    rejected = [{"label": "five rewrites", "branch": "candidate/combined-replay", "phase": "correctness", "reason": "fp32",
-                 "numbers": {"confirmed": confirmed}},
+    rejected = [{"label": "five rewrites", "branch": "candidate/combined-replay", "phase": "correctness",
+                 "reason": "fp32", "numbers": {"confirmed": confirmed}},
                 {"label": "norm only", "branch": "candidate/residual-norm", "phase": "graph_budget", "reason": "7 > 6",
                  "numbers": {"target": 6}}]
     summary = {"plan": run["results"]["plan"], "entries": [], "per_tokens": [], "rejected": rejected, "limits": [],

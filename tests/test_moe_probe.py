@@ -22,7 +22,8 @@ from phases.add_moe_model.compat import CompatReport
 from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_text
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text", "llama4_text", "granitemoe"]
+MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text",
+          "llama4_text", "granitemoe"]
 pytestmark = pytest.mark.slow
 
 
@@ -55,7 +56,8 @@ def test_clean_models_pass(reports: dict[str, CompatReport], name: str) -> None:
 
 def test_qwen3_fields_are_the_real_ones(reports: dict[str, CompatReport]) -> None:
     r = reports["qwen3_moe"]
-    assert (r.hidden_size, r.moe_intermediate_size, r.num_experts, r.top_k, r.num_hidden_layers) == (2048, 768, 128, 8, 48)
+    sizes = (r.hidden_size, r.moe_intermediate_size, r.num_experts, r.top_k, r.num_hidden_layers)
+    assert sizes == (2048, 768, 128, 8, 48)
     assert (r.score_func, r.route_norm, r.shared_experts, r.attention) == ("softmax", True, "none", "gqa")
     assert (r.moe_layers, r.dense_layers, r.min_layers_needed, r.built_layers) == (list(range(48)), [], 1, 1)
     assert reports["olmoe"].route_norm is False
@@ -70,29 +72,35 @@ def test_sigmoid_router_bias_key_is_misnamed(reports: dict[str, CompatReport], n
     assert r.strict_load == "FAIL"
     assert (r.strict_load_detail.missing, r.strict_load_detail.unexpected) == (["expert_bias_E"], ["expert_bias"])
     (issue,) = [i for i in r.issues if i.code == "router_bias_key_misnamed"]
-    assert issue.severity == "fixable" and issue.fix_location.endswith("state_dict_adapter.py (_build_hf_to_titan_patterns and _build_titan_to_hf_patterns: use the GroupedExperts-style discovered buffer name)")
+    assert issue.severity == "fixable" and issue.fix_location.endswith(
+        "state_dict_adapter.py (_build_hf_to_titan_patterns and _build_titan_to_hf_patterns: "
+        "use the GroupedExperts-style discovered buffer name)")
     assert codes(r) == {"router_bias_key_misnamed"}
-    assert (r.score_func, r.shared_experts, r.min_layers_needed, r.dense_layers) == ("sigmoid", "additive", first_moe + 1, list(range(first_moe)))
+    assert (r.score_func, r.shared_experts, r.min_layers_needed, r.dense_layers) == (
+        "sigmoid", "additive", first_moe + 1, list(range(first_moe)))
     result = map_report(r)
     assert result.outcome == "needs_agent" and [i.code for i in result.issues] == ["router_bias_key_misnamed"]
 
 
 def test_deepseek_v3_probe_details(reports: dict[str, CompatReport]) -> None:
     r = reports["deepseek_v3"]
-    assert (r.attention, r.num_experts, r.top_k, r.moe_mechanism, r.built_layers, len(r.moe_layers)) == ("mla", 256, 8, "first_k_dense_replace", 4, 58)
+    assert (r.attention, r.num_experts, r.top_k, r.moe_mechanism, r.built_layers, len(r.moe_layers)) == (
+        "mla", 256, 8, "first_k_dense_replace", 4, 58)
     assert r.target_probe["route_scale"] == 2.5 and r.target_probe["num_expert_groups"] == 8
 
 
 def test_deepseek_v2_lite_full_rank_q_breaks_hf_sharding(reports: dict[str, CompatReport]) -> None:
     r = reports["deepseek_v2"]
     (issue,) = r.issues
-    assert issue.code == "attention_projection_unhandled" and "q_a_proj" in issue.message and "q_b_proj" in issue.message
+    assert issue.code == "attention_projection_unhandled"
+    assert "q_a_proj" in issue.message and "q_b_proj" in issue.message
     assert (r.attention, r.strict_load, r.state_dict_roundtrip) == ("mla", "PASS", "PASS")
 
 
 def test_gpt_oss_needs_core_changes(reports: dict[str, CompatReport]) -> None:
     r = reports["gpt_oss"]
-    assert {"experts_transposed", "gate_up_interleaved", "router_bias_dropped", "state_missing_from_sharding_config"} <= codes(r)
+    assert {"experts_transposed", "gate_up_interleaved", "router_bias_dropped",
+            "state_missing_from_sharding_config"} <= codes(r)
     core = {i.code for i in r.issues if i.severity == "core"}
     assert core == {"expert_bias_unsupported", "expert_activation_unsupported"}
     assert r.strict_load == "FAIL" and r.strict_load_detail.shape_mismatch
@@ -115,14 +123,17 @@ def test_gemma4_layer_level_moe(reports: dict[str, CompatReport]) -> None:
 def test_hf_source_cross_checks_catch_what_the_target_probe_misses(reports: dict[str, CompatReport]) -> None:
     llama = reports["llama4_text"]
     assert llama.score_func == "softmax"  # the target's probe...
-    assert {"score_func_mismatch", "moe_attr_not_mlp", "experts_transposed"} <= codes(llama)  # ...vs Llama4Router's sigmoid
+    # ...vs Llama4Router's sigmoid
+    assert {"score_func_mismatch", "moe_attr_not_mlp", "experts_transposed"} <= codes(llama)
     assert "moe_attr_not_mlp" in codes(reports["granitemoe"])
 
 
 def test_text_report_renders_every_field(reports: dict[str, CompatReport]) -> None:
     text = render_compat_text(reports["deepseek_v3"])
-    assert text.startswith("Compatibility report for deepseek-ai/DeepSeek-V3\n") and text.endswith("\n") and not text.endswith("\n\n")
-    for line in ("score_func:           sigmoid", "attention:            mla", "min_layers_needed:    4", "strict_load:          FAIL", "[fixable] router_bias_key_misnamed"):
+    assert text.startswith("Compatibility report for deepseek-ai/DeepSeek-V3\n")
+    assert text.endswith("\n") and not text.endswith("\n\n")
+    for line in ("score_func:           sigmoid", "attention:            mla", "min_layers_needed:    4",
+                 "strict_load:          FAIL", "[fixable] router_bias_key_misnamed"):
         assert line in text
     assert "issues:               none" in render_compat_text(reports["qwen3_moe"])
 
@@ -133,22 +144,27 @@ def test_worker_subprocess_probes_the_targets_own_copy(tmp_path: Path) -> None:
     import torchtitan
 
     target = tmp_path / "target"
-    shutil.copytree(Path(torchtitan.__file__).parent, target / "torchtitan", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(torchtitan.__file__).parent, target / "torchtitan",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     repo = git.Repo.init(target)
     repo.git.add(A=True)
     repo.index.commit("installed torchtitan")
     adapter = target / "torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py"
     text = adapter.read_text()
-    fixed = text.replace(r'r"\1expert_bias", False', r'r"\1expert_bias_E", False').replace(r'r"^(.*\.)expert_bias$"', r'r"^(.*\.)expert_bias_E$"')
-    broken = fixed.replace(r'(r"^(.*\.)gate\.weight$", r"\1router.gate.weight", False)', r'(r"^(.*\.)gate\.weight$", r"\1router.gat.weight", False)')
+    fixed = text.replace(r'r"\1expert_bias", False', r'r"\1expert_bias_E", False')
+    fixed = fixed.replace(r'r"^(.*\.)expert_bias$"', r'r"^(.*\.)expert_bias_E$"')
+    broken = fixed.replace(r'(r"^(.*\.)gate\.weight$", r"\1router.gate.weight", False)',
+                           r'(r"^(.*\.)gate\.weight$", r"\1router.gat.weight", False)')
     assert broken.count("expert_bias_E") == 2 and "router.gat.weight" in broken
     adapter.write_text(broken)
     code = (
         "import json; from phases.add_moe_model.work.probe import probe; "
         "from phases.add_moe_model.model_source import resolve_model_source as r; "
-        "print(json.dumps([probe({'source': r(m).model_dump(mode='json')})['report'] for m in ('deepseek_v3', 'qwen3_moe')]))"
+        "print(json.dumps([probe({'source': r(m).model_dump(mode='json')})['report'] "
+        "for m in ('deepseek_v3', 'qwen3_moe')]))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(target), str(ROOT), os.environ.get("PYTHONPATH")]))}
+    path = os.pathsep.join(filter(None, [str(target), str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
     out = subprocess.run([sys.executable, "-c", code], cwd=target, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     v3, qwen = (CompatReport.model_validate(r) for r in __import__("json").loads(out.stdout.splitlines()[-1]))
@@ -159,7 +175,8 @@ def test_worker_subprocess_probes_the_targets_own_copy(tmp_path: Path) -> None:
     # The breakage in the target's copy is what ran: the router key no longer loads (both models).
     for report in (v3, qwen):
         assert report.strict_load == "FAIL" and codes(report) == {"state_dict_keys_unmapped"}
-        assert (report.strict_load_detail.missing, report.strict_load_detail.unexpected) == (["router.gate.weight"], ["router.gat.weight"])
+        detail = report.strict_load_detail
+        assert (detail.missing, detail.unexpected) == (["router.gate.weight"], ["router.gat.weight"])
         assert report.state_dict_roundtrip == "PASS"  # the round trip is blind to a consistently wrong name
     assert repo.is_dirty() and [d.a_path for d in repo.index.diff(None)] == [str(adapter.relative_to(target))]
 

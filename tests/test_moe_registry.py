@@ -53,7 +53,8 @@ def test_config_file_and_directory(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "match"),
-    [(None, "config file not found"), ("{not json", "not valid JSON"), ('{"hidden_size": 1}', "no string 'model_type'"), ("[1]", "no string 'model_type'")],
+    [(None, "config file not found"), ("{not json", "not valid JSON"), ('{"hidden_size": 1}', "no string 'model_type'"),
+     ("[1]", "no string 'model_type'")],
 )
 def test_bad_config_files_are_rejected(tmp_path: Path, content: str | None, match: str) -> None:
     file = tmp_path / "model" / "config.json"
@@ -74,7 +75,8 @@ def test_unknown_hub_id_is_left_to_the_worker_and_garbage_is_rejected() -> None:
 
 def test_engine_side_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, phases.add_moe_model.probe, phases.add_moe_model.synthetic_config, phases.add_moe_model.config_entry;"
+        "import sys, phases.add_moe_model.probe, phases.add_moe_model.synthetic_config, "
+        "phases.add_moe_model.config_entry;"
         "print(sorted(m for m in ('torch', 'transformers', 'torchtitan') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

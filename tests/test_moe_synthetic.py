@@ -34,7 +34,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", choices=sorted(_MODEL_CONFIGS))
 '''
-ENTRY = {"model_type": "olmoe", "hidden_size": 2048, "num_experts": 8, "use_cache": False, "q_lora_rank": None, "mlp_layer_types": ["sparse"]}
+ENTRY = {"model_type": "olmoe", "hidden_size": 2048, "num_experts": 8, "use_cache": False, "q_lora_rank": None,
+         "mlp_layer_types": ["sparse"]}
 
 
 @dataclass
@@ -114,17 +115,22 @@ def test_synthetic_entries_follow_the_rules(synthetic: dict[str, dict]) -> None:
         entry = answer["entry"]
         assert answer["checks"] == [], name
         assert (entry["num_hidden_layers"], answer["moe_layers_built"]) == (1, [0]), name
-        assert (entry["vocab_size"], entry["max_position_embeddings"], entry["attn_implementation"], entry["use_cache"]) == (256, 64, "sdpa", False)
+        shape = (entry["vocab_size"], entry["max_position_embeddings"], entry["attn_implementation"],
+                 entry["use_cache"])
+        assert shape == (256, 64, "sdpa", False)
         assert entry["hidden_size"] % entry["num_attention_heads"] == 0, name
     v3 = synthetic["deepseek_v3"]["entry"]
-    assert (v3["hidden_size"], v3["moe_intermediate_size"], v3["n_routed_experts"], v3["num_experts_per_tok"]) == (7168, 2048, 8, 2)
+    sizes = (v3["hidden_size"], v3["moe_intermediate_size"], v3["n_routed_experts"], v3["num_experts_per_tok"])
+    assert sizes == (7168, 2048, 8, 2)
     assert (v3["first_k_dense_replace"], v3["n_group"], v3["topk_group"]) == (0, 4, 4)
-    assert (v3["q_lora_rank"], v3["kv_lora_rank"], v3["qk_rope_head_dim"], v3["qk_nope_head_dim"], v3["v_head_dim"]) == (16, 16, 8, 8, 16)
+    mla = (v3["q_lora_rank"], v3["kv_lora_rank"], v3["qk_rope_head_dim"], v3["qk_nope_head_dim"], v3["v_head_dim"])
+    assert mla == (16, 16, 8, 8, 16)
     assert synthetic["deepseek_v2"]["entry"]["q_lora_rank"] is None
     gemma = synthetic["gemma4_text"]["entry"]
     assert (gemma["num_experts"], gemma["top_k_experts"], gemma["enable_moe_block"]) == (8, 2, True)
     # GLM-4.5-Air has 96 heads, which do not divide 4096: the largest divisor below is used.
-    assert (synthetic["glm4_moe"]["entry"]["num_attention_heads"], synthetic["glm4_moe"]["entry"]["num_key_value_heads"]) == (64, 8)
+    glm = synthetic["glm4_moe"]["entry"]
+    assert (glm["num_attention_heads"], glm["num_key_value_heads"]) == (64, 8)
 
 
 @pytest.mark.slow
@@ -144,8 +150,10 @@ def test_check_synthetic_config_reports_each_broken_rule(synthetic: dict[str, di
     real = build_hf_config(resolve_model_source("deepseek_v3"))
     good = synthetic["deepseek_v3"]["entry"]
     assert check_synthetic_config(good, real) == []
-    broken = {**good, "vocab_size": 512, "hidden_size": 7000, "num_attention_heads": 96, "n_group": 3, "first_k_dense_replace": 2, "n_routed_experts": 16, "kv_lora_rank": 512}
+    broken = {**good, "vocab_size": 512, "hidden_size": 7000, "num_attention_heads": 96, "n_group": 3,
+              "first_k_dense_replace": 2, "n_routed_experts": 16, "kv_lora_rank": 512}
     problems = "\n".join(check_synthetic_config(broken, real))
-    for needle in ("vocab_size=512", "hidden_size=7000", "does not divide hidden_size", "n_group=3", "first_k_dense_replace", "expert count", "MLA kv_lora_rank"):
+    for needle in ("vocab_size=512", "hidden_size=7000", "does not divide hidden_size", "n_group=3",
+                   "first_k_dense_replace", "expert count", "MLA kv_lora_rank"):
         assert needle in problems, needle
     assert ast.parse(repr(good))

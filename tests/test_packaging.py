@@ -30,7 +30,8 @@ def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
     help_text = run_outside(installed, "import sys; from orchestrator.cli import main; sys.argv=['orchestrator', "
                                        "'--help']; main()", tmp_path)
     assert help_text.returncode == 0 and "audit" in help_text.stdout, help_text.stderr
-    where = run_outside(installed, "import orchestrator, phases; print(orchestrator.__file__, phases.__file__)", tmp_path)
+    where = run_outside(installed, "import orchestrator, phases; print(orchestrator.__file__, phases.__file__)",
+                        tmp_path)
     assert str(installed) in where.stdout and str(ROOT) not in where.stdout
     rendered = run_outside(installed, (
         "from orchestrator.context import render_template as r; "

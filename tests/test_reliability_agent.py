@@ -61,7 +61,8 @@ def test_agent_cheats_over_stdio_are_refused_and_recorded(tmp_path: Path, monkey
                 p for p in (state / "runs").iterdir() if not p.name.startswith("."))
             run_id = (await call(client, "start_run", workflow="agenttoy", options=opts))["data"]["run_id"]
             await call(client, "advance", run_id=run_id)
-            refused("answer a human-only question", await call(client, "answer", run_id=run_id, key="color", value="red"))
+            refused("answer a human-only question",
+                    await call(client, "answer", run_id=run_id, key="color", value="red"))
             refused("escalate with a human-only key", await call(client, "escalate", run_id=run_id, question="Color?",
                                                                   key="color", choices=["red"]))
             refused("answer an unasked question", await call(client, "answer", run_id=run_id, key="shade", value="x"))
@@ -80,7 +81,8 @@ def test_agent_cheats_over_stdio_are_refused_and_recorded(tmp_path: Path, monkey
             assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
             busy = await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="ok\n")
             held["a call while the run is held is refused as busy, not acted on"] = (
-                busy["status"] == "refused" and "busy" in busy["message"] and not (target / "allowed" / "fixed.txt").exists())
+                busy["status"] == "refused" and "busy" in busy["message"]
+                and not (target / "allowed" / "fixed.txt").exists())
             holder.wait(timeout=30)
             assert (await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="ok\n")
                     )["status"] == "ok"
@@ -94,11 +96,12 @@ def test_agent_cheats_over_stdio_are_refused_and_recorded(tmp_path: Path, monkey
     state_now = store.read_state(run_id)
     held["a person's answer to the agent's question stays apart"] = (
         state_now["answers"] == {"color": "red"} and state_now["agent_answers"] == {"shade": "dark"})
-    held["nothing escaped the target"] = not (tmp_path / "x.txt").exists() and not (target / "allowed" / "evil").exists()
+    escaped = (tmp_path / "x.txt").exists() or (target / "allowed" / "evil").exists()
+    held["nothing escaped the target"] = not escaped
     held["a.txt untouched"] = (target / "a.txt").read_text() == "hello\n"
     held["every refusal after start is recorded"] = sum(a["outcome"].startswith("refused: ") for a in acted) == 13
-    held["only the one write that happened is recorded as done"] = [
-        a["arguments"]["path"] for a in acted if a["tool"] == "write_file" and a["outcome"] == "ok"] == ["allowed/fixed.txt"]
+    written = [a["arguments"]["path"] for a in acted if a["tool"] == "write_file" and a["outcome"] == "ok"]
+    held["only the one write that happened is recorded as done"] = written == ["allowed/fixed.txt"]
     held["audit clean"] = cli("audit", run_id, state_dir=state).returncode == 0
     assert all(held.values()), {k: v for k, v in held.items() if not v}
 

@@ -131,7 +131,8 @@ def test_reads_work_for_an_event_of_any_size(tmp_path: Path) -> None:
         run.append(ev.NoteAdded(kind="devlog", text="z" * 300_000))
     for args in (("status", run_id), ("show", run_id), ("list",), ("status",)):
         assert cli(*args, state_dir=state).returncode in (0, 3), args
-    assert json.loads(cli("status", run_id, "--json", state_dir=state).stdout)["last_seq"] == len(events(state, run_id)) - 1
+    status = json.loads(cli("status", run_id, "--json", state_dir=state).stdout)
+    assert status["last_seq"] == len(events(state, run_id)) - 1
 
 
 def test_list_survives_a_broken_run(tmp_path: Path) -> None:

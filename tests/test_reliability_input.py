@@ -85,7 +85,8 @@ NAMES = list(cases({"state": "", "fresh": "", "waiting": "", "toy": "", "moe": "
 
 
 def snapshot_of(w: dict[str, Any]) -> list[list[str]]:
-    return [tree_listing(w["state"]), tree_listing(w["fresh"]), tree_listing(Path(os.environ["ORCHESTRATOR_ANCHOR_DIR"]))]
+    anchors = Path(os.environ["ORCHESTRATOR_ANCHOR_DIR"])
+    return [tree_listing(w["state"]), tree_listing(w["fresh"]), tree_listing(anchors)]
 
 
 def environment() -> dict[str, str]:

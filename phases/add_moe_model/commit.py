@@ -36,7 +36,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return PhaseResult(outcome="needs_agent", summary="pre-commit failed on the changed files", data={"lint": lint},
                            issues=(Issue(code="pre_commit_failed", message=lint["output_tail"], fix_location=EXP),))
     if not ctx.answers.get("commit") == "auto":
-        return PhaseResult(outcome="passed", summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never)",
+        return PhaseResult(outcome="passed",
+                           summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never)",
                            data={"lint": lint, "files": files, "committed": False})
     message = ctx.render("commit_message.txt.j2", **message_values(ctx))
     commit = make_commit(ctx, files, message)

@@ -50,10 +50,17 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
+def _assigned(node: ast.stmt) -> list[ast.expr]:
+    """The targets a module-level statement assigns (none for anything but an assignment)."""
+    if isinstance(node, ast.Assign):
+        return node.targets
+    return [node.target] if isinstance(node, ast.AnnAssign) else []
+
+
 def find_model_configs(source: str) -> ast.Dict:
     """Return the dict literal assigned to ``_MODEL_CONFIGS`` at module level."""
     for node in ast.parse(source).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = _assigned(node)
         if any(isinstance(t, ast.Name) and t.id == TABLE for t in targets) and isinstance(node.value, ast.Dict):
             return node.value
     raise ConfigEntryError(f"no module-level `{TABLE} = {{...}}` dict literal; add the entry by hand there")
@@ -97,7 +104,7 @@ def _offset(lines: list[str], lineno: int, col: int) -> int:
 
 def _dump_without_table(tree: ast.Module) -> str:
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = _assigned(node)
         if any(isinstance(t, ast.Name) and t.id == TABLE for t in targets):
             node.value = ast.Dict(keys=[], values=[])
     return ast.dump(tree, include_attributes=False)

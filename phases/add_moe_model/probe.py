@@ -23,13 +23,15 @@ def run(ctx: PhaseContext) -> PhaseResult:
     try:
         source = resolve_model_source(str(ctx.options.get("model", "")))
     except ModelSourceError as exc:
-        return PhaseResult(outcome="failed", summary=str(exc), issues=(Issue(code=exc.code, message=str(exc), fix_location="MODEL option"),))
+        return PhaseResult(outcome="failed", summary=str(exc),
+                           issues=(Issue(code=exc.code, message=str(exc), fix_location="MODEL option"),))
     ctx.progress(f"probing {source.model_id} ({source.kind}) on {ctx.target}")
     raw = ctx.call_worker(WORKER, ProbeRequest(source=source).model_dump(mode="json"), label="probe")
     response = ProbeResponse.model_validate(raw)
     if response.report is None:
         error = response.error
-        return PhaseResult(outcome="failed", summary=error.message, issues=(Issue(code=error.code, message=error.message, fix_location="MODEL option"),))
+        return PhaseResult(outcome="failed", summary=error.message,
+                           issues=(Issue(code=error.code, message=error.message, fix_location="MODEL option"),))
     report = response.report
     ctx.write_artifact("compat_report.json", report.model_dump_json(indent=2) + "\n")
     ctx.write_artifact("compat_report.txt", ctx.render(TEMPLATE, report=report))
@@ -39,14 +41,17 @@ def run(ctx: PhaseContext) -> PhaseResult:
 def map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResult:
     """Turn a report into the phase outcome (pure: tests call it directly)."""
     data = report.model_dump(mode="json")
-    issues = tuple(Issue(code=i.code, message=f"[{i.severity}] {i.message}", fix_location=i.fix_location) for i in report.issues)
+    issues = tuple(Issue(code=i.code, message=f"[{i.severity}] {i.message}", fix_location=i.fix_location)
+                   for i in report.issues)
     clean = report.state_dict_roundtrip == "PASS" and report.strict_load == "PASS"
     if not report.issues and clean:
         return PhaseResult(outcome="passed", summary=f"{report.model_id}: compatible, no issues", data=data)
     human = [i for i in report.issues if i.severity in ("blocker", "core")]
     fixable = [i for i in report.issues if i.severity == "fixable"]
     if human and answer == "stop":
-        return PhaseResult(outcome="failed", summary=f"{report.model_id}: stopped on {len(human)} blocker/core issue(s)", data=data, issues=issues)
+        return PhaseResult(outcome="failed",
+                           summary=f"{report.model_id}: stopped on {len(human)} blocker/core issue(s)",
+                           data=data, issues=issues)
     if human and answer != "continue_anyway":
         return PhaseResult(
             outcome="needs_human",
@@ -56,11 +61,19 @@ def map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResul
             questions=(_blocker_question(report, human),),
         )
     if fixable:
-        return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: {len(fixable)} fixable issue(s): {', '.join(i.code for i in fixable)}", data=data, issues=issues)
+        codes = ", ".join(i.code for i in fixable)
+        return PhaseResult(outcome="needs_agent",
+                           summary=f"{report.model_id}: {len(fixable)} fixable issue(s): {codes}",
+                           data=data, issues=issues)
     if not clean:
-        failed = Issue(code="state_dict_check_failed", message=f"round trip {report.state_dict_roundtrip}, strict load {report.strict_load}", fix_location="torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py")
-        return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: state-dict checks failed", data=data, issues=(failed,))
-    return PhaseResult(outcome="passed", summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s)", data=data, issues=issues)
+        failed = Issue(code="state_dict_check_failed",
+                       message=f"round trip {report.state_dict_roundtrip}, strict load {report.strict_load}",
+                       fix_location="torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py")
+        return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: state-dict checks failed", data=data,
+                           issues=(failed,))
+    return PhaseResult(outcome="passed",
+                       summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s)",
+                       data=data, issues=issues)
 
 
 def render_compat_text(report: CompatReport) -> str:

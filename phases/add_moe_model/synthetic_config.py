@@ -33,10 +33,13 @@ def run(ctx: PhaseContext) -> PhaseResult:
     answer = ctx.call_worker(WORKER, request, label="synthetic_config")
     entry, checks = answer["entry"], list(answer["checks"])
     if checks:
-        issues = tuple(Issue(code="synthetic_rule_broken", message=c, fix_location="phases/add_moe_model/work/scaled_config.py (or the NE entry by hand)") for c in checks)
-        return PhaseResult(outcome="needs_agent", summary=f"synthetic entry breaks {len(checks)} rule(s)", data={"entry": entry, "checks": checks}, issues=issues)
+        where = "phases/add_moe_model/work/scaled_config.py (or the NE entry by hand)"
+        issues = tuple(Issue(code="synthetic_rule_broken", message=c, fix_location=where) for c in checks)
+        return PhaseResult(outcome="needs_agent", summary=f"synthetic entry breaks {len(checks)} rule(s)",
+                           data={"entry": entry, "checks": checks}, issues=issues)
     written_to, problems = write_entry(ctx, entry)
-    data = {"entry": entry, "written_to": written_to, "checks": checks + problems, "moe_layers_built": answer["moe_layers_built"]}
+    data = {"entry": entry, "written_to": written_to, "checks": checks + problems,
+            "moe_layers_built": answer["moe_layers_built"]}
     if problems:
         return PhaseResult(outcome="failed", summary=f"NE edit rejected: {problems[0]}", data=data)
     return PhaseResult(outcome="passed", summary=f"{entry['model_type']} entry written to {written_to}", data=data)

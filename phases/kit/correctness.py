@@ -9,8 +9,8 @@ also watched by a dispatch mode and every op whose floating result is not fp64 i
 as a downcast. The builds of every dtype must be one model (the dtype_init trap). Candidate
 vs eager at the same dtype must be within ~1 bf16 ulp (rel L2) or within the tensor's noise
 band (how far eager moves when its inputs move by one ulp); against fp64, the candidate's
-error may exceed eager's error by at most ~1 ulp. The candidate replays eager's routing. Region binding is process-wide, so each side's
-binding is applied right before its own capture.
+error may exceed eager's error by at most ~1 ulp. The candidate replays eager's routing.
+Region binding is process-wide, so each side's binding is applied right before its own capture.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def capture_fwd_bwd(workload: "Workload") -> Captured:
     loss_dtype = torch.float64 if out.dtype == torch.float64 else torch.float32
     out.to(loss_dtype).square().mean().backward()
     tensors = {"output": out.detach().to("cpu", copy=True)}
-    named = [*(("grad:" + n, p) for n, p in params.items()), *((f"grad:input{i}", x) for i, x in enumerate(workload.inputs))]
+    named = [*(("grad:" + n, p) for n, p in params.items()),
+             *((f"grad:input{i}", x) for i, x in enumerate(workload.inputs))]
     for name, t in named:
         if t.grad is not None:
             tensors[name] = t.grad.detach().to("cpu", copy=True)
@@ -124,11 +125,13 @@ def noise_bands(base: Captured, perturbed: Captured) -> dict[str, float]:
     return {name: rel_l2(perturbed.tensors[name], t) for name, t in base.tensors.items() if name in perturbed.tensors}
 
 
-def compare_vs_fp64(candidate: Captured, eager: Captured, fp64: Captured, *, label: str, tolerance: float = BF16_ULP_REL_TOL) -> Comparison:
+def compare_vs_fp64(candidate: Captured, eager: Captured, fp64: Captured, *, label: str,
+                    tolerance: float = BF16_ULP_REL_TOL) -> Comparison:
     """Candidate's error vs fp64 may exceed eager's error vs fp64 by at most ``tolerance``."""
     cand = compare_captures(candidate, fp64, label=label, tolerance=tolerance)
     base = {d.name: d.rel_l2 for d in compare_captures(eager, fp64, label=label, tolerance=tolerance).diffs}
-    diffs = tuple(d.model_copy(update={"within": d.rel_l2 <= base.get(d.name, float("inf")) + tolerance}) for d in cand.diffs)
+    diffs = tuple(d.model_copy(update={"within": d.rel_l2 <= base.get(d.name, float("inf")) + tolerance})
+                  for d in cand.diffs)
     return cand.model_copy(update={"diffs": diffs})
 
 

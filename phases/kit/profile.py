@@ -25,14 +25,16 @@ FAMILY_RULES: tuple[tuple[Family, re.Pattern[str]], ...] = (
     ("pointwise", re.compile(r"^triton_poi_")),
     ("reduction", re.compile(r"^triton_(red|per)_")),
     ("attention", re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|flex_attn|_attn_|cudnn::fusion", re.I)),
-    ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|wgmma|aten::(mm|addmm|bmm|baddbmm|matmul|linear|_grouped_mm)$|triton_tem_fused_(mm|addmm|bmm)", re.I)),
+    ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|wgmma|aten::(mm|addmm|bmm|baddbmm|matmul|linear|_grouped_mm)$"
+                        r"|triton_tem_fused_(mm|addmm|bmm)", re.I)),
     ("sort", re.compile(r"sort|radix|topk|bitonic", re.I)),
     ("scatter/gather", re.compile(r"scatter|gather|index|embedding|masked_select|nonzero", re.I)),
     ("norm", re.compile(r"norm|rsqrt|RowwiseMoments", re.I)),
     ("cat/copy", re.compile(r"cat|copy|memcpy|memset|clone|contiguous|to_copy|fill|stack|transpose_|permute", re.I)),
     ("pointwise", re.compile(r"elementwise|pointwise", re.I)),
     ("reduction", re.compile(r"reduce|softmax|sum|mean|amax|amin|max|min|cumsum|prod|argm", re.I)),
-    ("pointwise", re.compile(r"aten::(add|sub|mul|div|neg|exp|log|pow|silu|sigmoid|gelu|relu|tanh|where|clamp|sqrt|square|abs|sign|lt|gt|le|ge|eq|ne|logical|bitwise|threshold)|silu|sigmoid|gelu", re.I)),
+    ("pointwise", re.compile(r"aten::(add|sub|mul|div|neg|exp|log|pow|silu|sigmoid|gelu|relu|tanh|where|clamp|sqrt"
+                             r"|square|abs|sign|lt|gt|le|ge|eq|ne|logical|bitwise|threshold)|silu|sigmoid|gelu", re.I)),
 )
 _CPU_NOTE = "rows are host (CPU) ops timed by self CPU time, not device kernels: no CUDA device"
 _CUDA_NOTE = "rows are device kernels timed by self device time"

@@ -21,7 +21,8 @@ DEFAULT_THRESHOLD = 0.01
 def score_candidate(candidate: Candidate) -> Ranked:
     """Score one candidate from its table values (no filtering)."""
     if candidate.layer_ms <= 0:
-        raise ValueError(f"rank: candidate {candidate.name!r} has layer_ms={candidate.layer_ms}; measure the layer first")
+        raise ValueError(f"rank: candidate {candidate.name!r} has layer_ms={candidate.layer_ms}; "
+                         "measure the layer first")
     share = candidate.measured_ms / candidate.layer_ms
     gap = candidate.measured_ms - candidate.ideal_ms
     return Ranked(candidate=candidate, share_of_layer=share, score_ms=gap * share,

@@ -44,7 +44,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.add_record("stack_entry", record)
     ctx.add_record("candidate_verdict", {
         "id": cand.id, "branch": cand.branch, "label": cand.label, "verdict": "validated", "phase": ctx.phase,
-        "reason": confirm["ruling"]["reason"], "numbers": {"judged": confirm["judged"]}, "kept_branch": entry["branch"]})
+        "reason": confirm["ruling"]["reason"], "numbers": {"judged": confirm["judged"]},
+        "kept_branch": entry["branch"]})
     log(ctx, f"committed {cand.label!r} as {entry['branch']} ({entry['commit'][:10]} on {previous[:10]}, linear "
              f"{entry['linear']}); regions {regions} enabled in {recipe_edit or 'the branch itself'}; "
              f"reaching recipes: {scope['reaching_recipes'] or ['none found']}", kind="decision")

@@ -63,7 +63,8 @@ def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], 
     results = [o["result"][str(tokens)] for o in ok]
     row: dict[str, Any] = {
         "variant": variant["name"], "tree": variant["tree"], "tokens": tokens, "checkout": variant["checkout"],
-        "runs_ok": len(ok), "runs_asked": runs, "foreign_pids": sorted({p for o in outcomes for p in o["foreign_pids"]}),
+        "runs_ok": len(ok), "runs_asked": runs,
+        "foreign_pids": sorted({p for o in outcomes for p in o["foreign_pids"]}),
         "failed": [{"index": o["index"], "returncode": o["returncode"], "log_tail": o["log_tail"][-600:]}
                    for o in outcomes if o["status"] != "ok"],
     }

@@ -78,9 +78,11 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     for comp in result["comparisons"]:
         diffs = comp["diffs"]
         # NOTE: inf/nan arrive as strings (canonical JSON has no NaN); float() reads both forms.
-        worst = max(diffs, key=lambda d: float(d["rel_l2"]) if float(d["rel_l2"]) == float(d["rel_l2"]) else float("inf"))
+        worst = max(diffs, key=lambda d: float(d["rel_l2"]) if float(d["rel_l2"]) == float(d["rel_l2"])
+                    else float("inf"))
         rows.append({"label": comp["label"], "tolerance": comp["tolerance"], "tensors": len(diffs),
                      "ok": bool(diffs) and all(d["within"] for d in diffs), "worst": worst["name"],
-                     "worst_rel_l2": float(worst["rel_l2"]), "failing": [d["name"] for d in diffs if not d["within"]][:8]})
+                     "worst_rel_l2": float(worst["rel_l2"]),
+                     "failing": [d["name"] for d in diffs if not d["within"]][:8]})
     return {"comparisons": rows, "reference_downcasts": list(result["reference_downcasts"]),
             "reference_pure_fp64": not result["reference_downcasts"]}

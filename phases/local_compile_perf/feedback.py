@@ -26,9 +26,9 @@ def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
     downcasts = sorted({d for c in records.get("correctness", []) for d in c["reference_downcasts"]})
     if downcasts:
         items.append({"kind": "edge case", "repro": "",
-                      "text": f"the fp64 reference is partly fp32 when the model upcasts with .float(): {len(downcasts)} "
-                              f"op(s) such as {downcasts[0]}; the skill's 'no .float() inside' check needs a "
-                              "dtype-following form (x.to(torch.promote_types(x.dtype, torch.float32)))"})
+                      "text": f"the fp64 reference is partly fp32 when the model upcasts with .float(): "
+                              f"{len(downcasts)} op(s) such as {downcasts[0]}; the skill's 'no .float() inside' "
+                              "check needs a dtype-following form (x.to(torch.promote_types(x.dtype, torch.float32)))"})
     rows = ctx.result("baselines", Baselines).rows if "baselines" in ctx.results else ()
     not_applicable = sorted({r.reason for r in rows if r.status == "not_applicable"})
     items += [{"kind": "harness gap", "text": reason, "repro": ""} for reason in not_applicable]

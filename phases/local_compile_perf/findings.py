@@ -65,7 +65,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if problems:
         return PhaseResult(outcome="failed", summary=f"findings: {len(problems)} PR text(s) break the PR rules",
                            issues=tuple(Issue(code="pr_text_lint", message=f"{b}: {'; '.join(p)}",
-                                              fix_location="phases/templates/lcp_pr.md.j2") for b, p in problems.items()))
+                                              fix_location="phases/templates/lcp_pr.md.j2")
+                                        for b, p in problems.items()))
     if not summary["linear"]:
         return PhaseResult(outcome="failed", summary="findings: stack branches are not linear",
                            issues=(Issue(code="stack_not_linear", message="a stack entry does not descend from the "

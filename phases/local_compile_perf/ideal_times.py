@@ -29,8 +29,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.record_measurement(name="bandwidth_tbs", unit="TB/s", samples=[bw["tbs"]],
                            provenance={"command": f"{BANDWIDTH} device={plan.device}", "device_name": plan.device_name,
                                        "torch": plan.torch, "seed": 0, "target_commit": ctx.base["commit"]},
-                           labels={"kind": bw["kind"], "label": bw["label"], "nbytes": bw["nbytes"], "copies": bw["copies"],
-                                   "seconds": bw["seconds"]})
+                           labels={"kind": bw["kind"], "label": bw["label"], "nbytes": bw["nbytes"],
+                                   "copies": bw["copies"], "seconds": bw["seconds"]})
     log(ctx, f"bandwidth {bw['tbs']:.3f} TB/s ({bw['label']}, {bw['nbytes']} B x {bw['copies']} copies)",
         kind="measurement")
     tokens = max(plan.tokens)
@@ -43,16 +43,18 @@ def run(ctx: PhaseContext) -> PhaseResult:
         glue = ctx.call_worker(GLUE, request.model_dump(mode="json"), label="glue ops")
         rows = build_gap_rows(glue["ops"], bandwidth_tbs=bw["tbs"])
         for op, row in zip(glue["ops"], rows):
+            per_call = {"op": op["op"], "tokens": tokens, "per": "call"}
             ctx.record_measurement(name="glue_op_fwd_ms", unit="ms", samples=list(op["fwd_ms"]),
-                                   provenance=glue["provenance"], labels={"op": op["op"], "tokens": tokens, "per": "call"})
+                                   provenance=glue["provenance"], labels=per_call)
             if op["fwdbwd_ms"]:
                 ctx.record_measurement(name="glue_op_fwdbwd_ms", unit="ms", samples=list(op["fwdbwd_ms"]),
-                                       provenance=glue["provenance"], labels={"op": op["op"], "tokens": tokens, "per": "call"})
+                                       provenance=glue["provenance"], labels=per_call)
             log(ctx, f"glue op {row['op']}: measured {row['measured_ms']:.4f} ms/step, ideal {row['ideal_ms']:.4f} "
                      f"ms/step ({row['calls_per_step']} call(s), {row['bytes']} B)", kind="measurement")
     ctx.write_artifact("ideal_times.md", ctx.render("lcp_ideal.md.j2", bandwidth=bw, rows=rows, tokens=tokens,
                                                     device_name=plan.device_name))
-    return PhaseResult(outcome="passed", summary=f"ideal times: {bw['tbs']:.2f} TB/s, {len(rows)} glue op(s) at {tokens} tokens",
+    return PhaseResult(outcome="passed",
+                       summary=f"ideal times: {bw['tbs']:.2f} TB/s, {len(rows)} glue op(s) at {tokens} tokens",
                        data={"bandwidth": bw, "tokens": tokens, "rows": rows, "regions_found": glue["regions_found"]})
 
 

@@ -36,9 +36,11 @@ def run(ctx: PhaseContext) -> PhaseResult:
 def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     rank = ctx.results["rank"]
     run_id = ctx.run_id
-    summary = (f"pick a fix: {len(rank['ranked'])} ranked op(s), stop rule {'holds' if rank['stop']['stop'] else 'open'}; "
+    stop = "holds" if rank["stop"]["stop"] else "open"
+    summary = (f"pick a fix: {len(rank['ranked'])} ranked op(s), stop rule {stop}; "
                f"submit with `orchestrator candidate {run_id} --branch B --label TEXT`")
-    message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms" for r in rank["ranked"][:5])
+    message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms"
+                        for r in rank["ranked"][:5])
     issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
                   message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
                           f"{message or 'none above the threshold'}; stop rule: {rank['stop']['reason']}")

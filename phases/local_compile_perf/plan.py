@@ -161,7 +161,8 @@ def resolve_target(spec: str, *, state_dir: Path) -> tuple[Path, str]:
         return empty_workspace(state_dir, name=f"lcp-{spec[3:].split(',')[0]}"), "hf"
     path = Path(spec).expanduser().resolve()
     if not (path / ".git").exists():
-        raise UsageError(f"--target {path} is not a git checkout; pass embedded, hf:<model_type> or a torchtitan checkout")
+        raise UsageError(f"--target {path} is not a git checkout; "
+                         "pass embedded, hf:<model_type> or a torchtitan checkout")
     from phases.local_compile_perf.tree_adapter import resolve_package_dir
 
     try:
@@ -263,4 +264,5 @@ def _stop_no_api(ctx: PhaseContext, inventory: dict[str, Any]) -> PhaseResult:
     log(ctx, f"dead end: {inventory['message']}; nothing can be measured as regions here", kind="dead_end")
     return PhaseResult(outcome="failed", summary=f"plan: {inventory['message']}", data={"inventory": inventory},
                        issues=(Issue(code="no_local_compile_api", message=inventory["message"],
-                                     fix_location="torchtitan/distributed/local_compile.py (use a newer torchtitan main)"),))
+                                     fix_location="torchtitan/distributed/local_compile.py "
+                                                  "(use a newer torchtitan main)"),))

@@ -18,7 +18,8 @@ from phases.local_compile_perf.records import Baselines, Cell
 SYMPTOMS = {
     "cat/copy": "cat/copy kernels in glue: producer + cat + consumer in one region; try both cat lowerings (pattern 2)",
     "scatter/gather": "scatter/atomics: gather-sum combine (pattern 6); index math on symbolic sizes: prefer_nd_tiling",
-    "pointwise": "many small pointwise kernels: fuse into a region; complex ops under compile -> real arithmetic (pattern 1)",
+    "pointwise": "many small pointwise kernels: fuse into a region; "
+                 "complex ops under compile -> real arithmetic (pattern 1)",
     "reduction": "small reductions slow: unroll / keep static (pattern 4) or make them a GEMM (pattern 17)",
     "norm": "norms apart from their consumers: one region with the next glue (norm + RoPE + cat)",
     "sort": "sorts in routing: int16 keys (pattern 8)",
@@ -49,7 +50,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
         if base is not None and "per_layer" in by_variant:
             diffs.append({"tokens": tokens, "base": base.variant, "other": "per_layer",
                           "rows": diff_rows(base, by_variant["per_layer"])})
-    glue_left = [(d["tokens"], r) for d in diffs for r in d["rows"] if r["delta_ms"] > 0 and r["family"] not in ("gemm", "attention")]
+    glue_left = [(d["tokens"], r) for d in diffs for r in d["rows"]
+                 if r["delta_ms"] > 0 and r["family"] not in ("gemm", "attention")]
     for tokens, r in glue_left[:5]:
         log(ctx, f"diff at {tokens} tokens: {r['family']} {r['base_ms']:.3f} ms vs {r['other_ms']:.3f} ms per-layer: "
                  f"{r['symptom']}", kind="measurement")

@@ -34,9 +34,11 @@ def check_cited_medians(events: list[dict[str, Any]], state: dict[str, Any]) -> 
         labels, samples = e["data"]["labels"], e["data"]["samples"]
         if not labels.get("cited"):
             continue
+        value = labels.get("value", float("nan"))
         if len(samples) < MIN_RUNS or labels.get("fresh_processes") != len(samples):
-            out.append((e["seq"], f"cited {e['data']['name']} has {len(samples)} sample(s); needs {MIN_RUNS} fresh processes"))
-        elif abs(statistics.median(samples) - labels.get("value", float("nan"))) > 1e-9 * max(1.0, abs(labels["value"])):
+            out.append((e["seq"], f"cited {e['data']['name']} has {len(samples)} sample(s); "
+                                  f"needs {MIN_RUNS} fresh processes"))
+        elif abs(statistics.median(samples) - value) > 1e-9 * max(1.0, abs(labels["value"])):
             out.append((e["seq"], f"cited {e['data']['name']} = {labels.get('value')} is not the median of {samples}"))
     return out
 
@@ -49,7 +51,8 @@ def check_both_launch_modes(events: list[dict[str, Any]], state: dict[str, Any])
     for e in cited:
         labels = e["data"]["labels"]
         on_cpu = str(e["data"]["provenance"].get("device_name", "")).startswith("cpu")
-        if e["data"]["name"] == "wall_ms" and not on_cpu and (labels["purpose"], labels["variant"], labels["tokens"]) not in replay:
+        key = (labels["purpose"], labels["variant"], labels["tokens"])
+        if e["data"]["name"] == "wall_ms" and not on_cpu and key not in replay:
             out.append((e["seq"], f"{labels['variant']} at {labels['tokens']} has no CUDA-graph replay row on a GPU"))
     return out
 
@@ -91,7 +94,8 @@ def check_no_shared_default(events: list[dict[str, Any]], state: dict[str, Any])
 
 def check_prs_asked_a_human(events: list[dict[str, Any]], state: dict[str, Any]) -> Violations:
     return [(e["seq"], f"open_prs answered by {e['actor']}, not a human")
-            for e in events if e["type"] == "answer_accepted" and e["data"]["key"] == "open_prs" and e["actor"] != "human"]
+            for e in events
+            if e["type"] == "answer_accepted" and e["data"]["key"] == "open_prs" and e["actor"] != "human"]
 
 
 RULES = {

@@ -104,8 +104,10 @@ def check_correction_bias(block: Any, router: Any) -> list[CompatIssue]:
     return [
         CompatIssue(
             code="correction_bias_outside_gate",
-            message=f"score-correction bias {stray} is not on the router module, so sigmoid scoring and the expert_bias mapping miss it",
-            fix_location=f"{MOE_REPLACEMENT} (_resolve_score_func) and {STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns)",
+            message=f"score-correction bias {stray} is not on the router module, so sigmoid scoring and the "
+                    "expert_bias mapping miss it",
+            fix_location=f"{MOE_REPLACEMENT} (_resolve_score_func) and "
+                         f"{STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns)",
             severity="fixable",
         )
     ]
@@ -113,7 +115,8 @@ def check_correction_bias(block: Any, router: Any) -> list[CompatIssue]:
 
 def check_router_state(router: Any) -> list[CompatIssue]:
     """Router parameters beyond weight/bias/correction bias have no place in Titan's router."""
-    extra = [n for n in _own_state_names(router, prefix="", recurse=True) if n.split(".")[-1] not in _ROUTER_KNOWN_STATE]
+    extra = [n for n in _own_state_names(router, prefix="", recurse=True)
+             if n.split(".")[-1] not in _ROUTER_KNOWN_STATE]
     issues = []
     if extra:
         issues.append(
@@ -132,8 +135,10 @@ def check_router_state(router: Any) -> list[CompatIssue]:
         issues.append(
             CompatIssue(
                 code="router_bias_dropped",
-                message=f"{type(router).__name__} has a bias; the target builds its router gate with bias=False and maps no router bias key",
-                fix_location=f"{MOE_REPLACEMENT} (_build_moe_config: make_router_config(bias=...)) and {STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns)",
+                message=f"{type(router).__name__} has a bias; the target builds its router gate with bias=False "
+                        "and maps no router bias key",
+                fix_location=f"{MOE_REPLACEMENT} (_build_moe_config: make_router_config(bias=...)) and "
+                             f"{STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns)",
                 severity="fixable",
             )
         )
@@ -148,7 +153,8 @@ def check_experts(experts: Any, config: Any) -> list[CompatIssue]:
         return [
             CompatIssue(
                 code="experts_module_list",
-                message=f"experts are an nn.ModuleList of {type(experts[0]).__name__}; Titan needs fused 3D expert tensors",
+                message=f"experts are an nn.ModuleList of {type(experts[0]).__name__}; "
+                        "Titan needs fused 3D expert tensors",
                 fix_location="HF transformers modeling code (upstream): no fix in torchtitan",
                 severity="blocker",
             )
@@ -167,8 +173,10 @@ def _check_expert_layout(experts: Any, *, hidden: int) -> list[CompatIssue]:
         issues.append(
             CompatIssue(
                 code="experts_transposed",
-                message=f"{type(experts).__name__}.gate_up_proj is (E, H, 2I) = {tuple(gate_up.shape)}; Titan expects (E, 2I, H)",
-                fix_location=f"{STATE_DICT_ADAPTER} (transpose in hf_to_titan_moe_state_dict) and {MOE_REPLACEMENT} (layout detection)",
+                message=f"{type(experts).__name__}.gate_up_proj is (E, H, 2I) = {tuple(gate_up.shape)}; "
+                        "Titan expects (E, 2I, H)",
+                fix_location=f"{STATE_DICT_ADAPTER} (transpose in hf_to_titan_moe_state_dict) and "
+                             f"{MOE_REPLACEMENT} (layout detection)",
                 severity="fixable",
             )
         )
@@ -176,8 +184,10 @@ def _check_expert_layout(experts: Any, *, hidden: int) -> list[CompatIssue]:
         issues.append(
             CompatIssue(
                 code="gate_up_interleaved",
-                message=f"{type(experts).__name__} splits gate_up_proj as interleaved columns (::2), the adapter splits it in halves",
-                fix_location=f"{STATE_DICT_ADAPTER} (de-interleave in hf_to_titan_moe_state_dict / re-interleave in titan_to_hf_moe_state_dict)",
+                message=f"{type(experts).__name__} splits gate_up_proj as interleaved columns (::2), "
+                        "the adapter splits it in halves",
+                fix_location=f"{STATE_DICT_ADAPTER} (de-interleave in hf_to_titan_moe_state_dict / "
+                             "re-interleave in titan_to_hf_moe_state_dict)",
                 severity="fixable",
             )
         )

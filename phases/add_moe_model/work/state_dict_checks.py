@@ -43,7 +43,8 @@ def _roundtrip_values(adapter: Any, tiny_sd: dict[str, Any] | None) -> tuple[flo
     common = [k for k in tiny_sd if k in back and tuple(back[k].shape) == tuple(tiny_sd[k].shape)]
     if len(common) != len(tiny_sd):
         return None, f"values not compared on {len(tiny_sd) - len(common)} tiny keys that did not come back"
-    diff = max((float((back[k].float() - tiny_sd[k].float()).abs().max()) for k in common if tiny_sd[k].numel()), default=0.0)
+    diff = max((float((back[k].float() - tiny_sd[k].float()).abs().max()) for k in common if tiny_sd[k].numel()),
+               default=0.0)
     return diff, f"values compared on {len(common)} keys of a tiny materialized model"
 
 
@@ -65,7 +66,8 @@ def check_strict_load(
     if not hf_has_correction_bias:
         benign = [k for k in missing if k.startswith("expert_bias")]
         missing = [k for k in missing if k not in benign]
-        note = f"ignored {benign}: Titan's load-balancing buffer, zero-initialised, HF has no counterpart" if benign else ""
+        note = (f"ignored {benign}: Titan's load-balancing buffer, zero-initialised, HF has no counterpart"
+                if benign else "")
     if not (missing or unexpected or shapes):
         # NOTE: benign Titan-only buffers keep Titan's own value so the load can stay strict.
         titan_moe.load_state_dict({k: sub.get(k, want[k]) for k in want}, strict=True)
@@ -91,7 +93,8 @@ def classify_strict_load(check: KeyCheck, *, prefix: str) -> list[CompatIssue]:
                     f"stores it as {prefix}{titan_bias[0]}; a strict load fails and a non-strict one silently "
                     "drops the sigmoid router's correction bias (the round trip cannot see this)"
                 ),
-                fix_location=f"{STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns and _build_titan_to_hf_patterns: use the GroupedExperts-style discovered buffer name)",
+                fix_location=f"{STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns and _build_titan_to_hf_patterns: "
+                             "use the GroupedExperts-style discovered buffer name)",
                 severity="fixable",
             )
         )
@@ -101,7 +104,8 @@ def classify_strict_load(check: KeyCheck, *, prefix: str) -> list[CompatIssue]:
         issues.append(
             CompatIssue(
                 code="strict_load_shape_mismatch",
-                message=f"converted expert weights do not fit the Titan MoE: {check.shape_mismatch[:4]} (transposed layout?)",
+                message=f"converted expert weights do not fit the Titan MoE: {check.shape_mismatch[:4]} "
+                        "(transposed layout?)",
                 fix_location=f"{STATE_DICT_ADAPTER} (hf_to_titan_moe_state_dict: transpose/split)",
                 severity="fixable",
             )
@@ -110,7 +114,8 @@ def classify_strict_load(check: KeyCheck, *, prefix: str) -> list[CompatIssue]:
         issues.append(
             CompatIssue(
                 code="state_dict_keys_unmapped",
-                message=f"strict load of {prefix}*: Titan keys with no converted source {missing[:6]}; converted keys Titan does not have {unexpected[:6]}",
+                message=f"strict load of {prefix}*: Titan keys with no converted source {missing[:6]}; "
+                        f"converted keys Titan does not have {unexpected[:6]}",
                 fix_location=f"{STATE_DICT_ADAPTER} (_build_hf_to_titan_patterns / _build_titan_to_hf_patterns)",
                 severity="fixable",
             )

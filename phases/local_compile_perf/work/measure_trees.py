@@ -124,7 +124,8 @@ def confirm_variants_worker(request: dict) -> dict:
                                           timeout_s=req.timeout_s, run_once=run_once))
                 eta.step_done()
     return ConfirmResponse(
-        variants=tuple(VariantRuns(variant=by_name[n], command=tuple(commands[n]), runs=tuple(runs[n])) for n in by_name),
+        variants=tuple(VariantRuns(variant=by_name[n], command=tuple(commands[n]), runs=tuple(runs[n]))
+                       for n in by_name),
         orders=orders, gpu_poll="nvidia-smi" if poll else "not applicable: nvidia-smi not available (no GPU)",
     ).model_dump(mode="json")
 

@@ -101,7 +101,8 @@ def check_accumulating_grads(harness: Harness, *, tokens: int, device: str, dtyp
             reused.append(index)
         rel = float((t.grad.float() - v1.float()).norm() / v1.float().norm().clamp_min(1e-30))
         worst = max(worst, rel)
-    problems = [f"{len(reused)} tensor(s) kept the same grad object across steps (first: {reused[:5]})"] if reused else []
+    problems = ([f"{len(reused)} tensor(s) kept the same grad object across steps (first: {reused[:5]})"]
+                if reused else [])
     if worst > GRAD_REPEAT_RTOL:
         problems.append(f"second step's grads differ from the first by rel L2 {worst:.3g} (2x would be 1.0)")
     if problems:
@@ -184,7 +185,8 @@ def check_dtype_init(harness: Harness, *, tokens: int, device: str, dtype: "torc
     if problems:
         problems.append(f"fix {harness.spec.name}'s build(): draw weights and inputs in fp32, then cast")
     timed = str(dtype).removeprefix("torch.")
-    return _finding("dtype_init", problems, f"{timed}, fp32 and fp64 builds of one seed are one model (fp64: {fp64_note})",
+    return _finding("dtype_init", problems,
+                    f"{timed}, fp32 and fp64 builds of one seed are one model (fp64: {fp64_note})",
                     max_rel_l2=worst, fp64=fp64_note)
 
 
