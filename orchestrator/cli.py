@@ -294,10 +294,11 @@ def graph_cmd(settings: _Settings, workflow: str) -> int:
 
 
 def _register_plugins() -> None:
-    """Commands that live in their own modules (patch ledger, candidates, agent, mcp)."""
+    """Commands that live in their own modules (patch ledger, candidates, agent, mcp, survey)."""
     import importlib
 
-    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "phases.local_compile_perf.cli"):
+    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "phases.local_compile_perf.cli",
+                   "phases.add_moe_model.survey.cli"):
         try:
             importlib.import_module(module).register(main, command)
         except ModuleNotFoundError as exc:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import progress
+from orchestrator import progress, warm_worker
 from orchestrator.errors import WorkerFailed
 
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -66,8 +66,13 @@ def run_worker(
     with tempfile.TemporaryDirectory(prefix="orchestrator-worker-") as tmp:
         request_path, answer_path = Path(tmp, "request.json"), Path(tmp, "answer.json")
         request_path.write_text(json.dumps(request))
-        command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]
         started = time.monotonic()
+        if python == sys.executable:
+            warm = warm_worker.run_warm(func, request_path, answer_path, target=target, timeout_s=timeout_s,
+                                        on_progress=on_progress)
+            if warm is not None:
+                return _finish(func, warm, answer_path=answer_path, seconds=time.monotonic() - started)
+        command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]
         child = subprocess.Popen(
             command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
@@ -83,14 +88,18 @@ def run_worker(
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
         reader.join(timeout=10)
-        seconds = time.monotonic() - started
-        answer = _read_answer(answer_path) if status == "ok" and child.returncode == 0 else None
-        if status == "ok" and answer is None:
-            status = "failed"
-        if status != "ok":
-            log += f"\nFAILED {func} status={status} returncode={child.returncode} after {seconds:.1f}s\n".encode()
-        return WorkerRun(answer=answer, status=status, returncode=child.returncode,
-                         seconds=seconds, log=bytes(log))
+        return _finish(func, (child.returncode, status, bytes(log)), answer_path=answer_path,
+                       seconds=time.monotonic() - started)
+
+
+def _finish(func: str, ended: tuple[int | None, str, bytes], *, answer_path: Path, seconds: float) -> WorkerRun:
+    returncode, status, log = ended
+    answer = _read_answer(answer_path) if status == "ok" and returncode == 0 else None
+    if status == "ok" and answer is None:
+        status = "failed"
+    if status != "ok":
+        log += f"\nFAILED {func} status={status} returncode={returncode} after {seconds:.1f}s\n".encode()
+    return WorkerRun(answer=answer, status=status, returncode=returncode, seconds=seconds, log=log)
 
 
 def _die_with_parent() -> None:
@@ -105,7 +114,11 @@ def _die_with_parent() -> None:
 
 def _pump(child: subprocess.Popen, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
     assert child.stdout is not None
-    for raw in iter(child.stdout.readline, b""):
+    _pump_stream(child.stdout, log, on_progress)
+
+
+def _pump_stream(stream: Any, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
+    for raw in iter(stream.readline, b""):
         log += raw
         message = progress.parse(raw.decode("utf-8", "replace").rstrip("\n"))
         if message is not None and on_progress is not None:

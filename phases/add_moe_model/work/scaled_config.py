@@ -74,6 +74,9 @@ def build_scaled_kwargs(real: Any, plan: ScalePlan) -> dict[str, Any]:
     entry.update(vocab_size=256, max_position_embeddings=64, attn_implementation="sdpa", use_cache=False)
     if "vocab_size_per_layer_input" in keys:
         entry["vocab_size_per_layer_input"] = 256
+    pad = read_field(real, "pad_token_id")
+    if "pad_token_id" in keys and isinstance(pad, int) and pad >= 256:
+        entry["pad_token_id"] = 255  # the shrunk vocab must still hold the padding index
     return entry
 
 
@@ -155,6 +158,19 @@ def _layer_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str,
         out["moe_layers"] = list(range(n))
     if "enable_moe_block" in keys:
         out["enable_moe_block"] = True
+    out.update(per_layer_lists(real, keys, n, taken=out))
+    return out
+
+
+def per_layer_lists(real: Any, keys: frozenset[str], n: int, *, taken: dict[str, Any]) -> dict[str, Any]:
+    """Every other per-layer list the class reads (layer_types, ...), cut or repeated to ``n`` layers:
+    a config that validates its lists against num_hidden_layers must get lists of that length."""
+    total = read_field(real, "num_hidden_layers")
+    out = {}
+    for key in sorted(keys - set(taken)):
+        value = read_field(real, key)
+        if isinstance(value, (list, tuple)) and value and len(value) == total:
+            out[key] = [value[i % len(value)] for i in range(n)]
     return out
 
 

@@ -59,7 +59,8 @@ def build_synthetic_entry(real: Any) -> dict[str, Any]:
     from phases.add_moe_model.work.layers import predict_moe_layers
 
     entry = build_scaled_kwargs(real, ScalePlan(num_layers=1))
-    layers = predict_moe_layers(AutoConfig.for_model(**{**entry, "num_hidden_layers": 8}))
+    # NOTE: the 8-layer copy is built by the same builder, so per-layer type lists match its length.
+    layers = predict_moe_layers(AutoConfig.for_model(**build_scaled_kwargs(real, ScalePlan(num_layers=8))))
     if layers and layers[0] > 0:
         entry = build_scaled_kwargs(real, ScalePlan(num_layers=layers[0] + 1))
     return entry

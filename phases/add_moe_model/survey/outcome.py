@@ -1,0 +1,169 @@
+"""One survey row from one add-moe-model run (engine side, no torch).
+
+Outcomes: ``clean`` (numerics PASS or WARN, parallelism build check PASS), ``needs_agent``
+(issue codes and where each fix goes), ``needs_human`` (a core change and why), ``fail``
+(numerics FAIL, with what gap analysis found), ``unsupported`` (start refused the model:
+no MoE layers, not a causal LM), ``error`` (an exception in our own code).
+
+An exception a worker died of is read from its log (``attribute_traceback``): raised in the
+target checkout it is a finding (experiment folder -> agent, elsewhere in torchtitan ->
+human), raised in transformers a finding for a human, raised in our code ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from phases.add_moe_model.workspace import EXP
+
+Outcome = Literal["clean", "needs_agent", "needs_human", "fail", "unsupported", "error"]
+OUTCOMES: tuple[str, ...] = ("clean", "needs_agent", "needs_human", "fail", "unsupported", "error")
+UNSUPPORTED_CODES = frozenset({"not_moe", "not_causal_lm"})
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+class SurveyRow(BaseModel):
+    """One model type's verdict; ``numerics`` holds the bf16 verdict and its firmness."""
+
+    model_type: str
+    model: str
+    outcome: Outcome
+    run_id: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+    numerics: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+
+def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Path, *,
+                 warm_root: str | None = None) -> SurveyRow:
+    """Classify a run that stopped (done, waiting or failed); ``warm_root`` is the warm worker's checkout."""
+    numerics = numerics_summary(state.get("results", {}))
+    base = dict(model_type=model_type, model=model, run_id=state["run_id"], numerics=numerics)
+    if state["status"] == "done":
+        return SurveyRow(**base, **_done(state, numerics))
+    if state["status"] == "waiting":
+        reasons = [_issue_line(i) for i in state.get("issues", [])]
+        reasons += [q["prompt"] for q in state.get("pending", [])]
+        outcome = "needs_human" if state.get("awaiting") == "human" else "needs_agent"
+        return SurveyRow(**base, outcome=outcome, reasons=reasons or [state.get("summary") or ""])
+    roots = tuple(r for r in (state["target"], warm_root) if r)
+    return SurveyRow(**base, **_failed(state, run_dir, roots))
+
+
+def _done(state: dict[str, Any], numerics: dict[str, Any] | None) -> dict[str, Any]:
+    results = state.get("results", {})
+    build = results.get("parallelism", {})
+    if numerics and numerics.get("tier") == "FAIL":
+        gap = results.get("gap_analysis", {}).get("rows", [])
+        found = [f"gap analysis: {r['label']} -> max_diff {r['max_diff']:.2e} ({r['description']})"
+                 for r in gap if isinstance(r.get("max_diff"), (int, float))]
+        return {"outcome": "fail", "reasons": [f"numerics FAIL KL={numerics['kl']:.2e}", *found]}
+    line = f"numerics {numerics['tier_shown'] if numerics else '?'}; parallelism build check passed"
+    if build.get("summary"):
+        line += f" ({build['summary']})"
+    return {"outcome": "clean", "reasons": [line]}
+
+
+def _failed(state: dict[str, Any], run_dir: Path, roots: tuple[str, ...]) -> dict[str, Any]:
+    completed = last_failed_phase(run_dir)
+    summary = state.get("summary") or "run failed"
+    log = (completed or {}).get("data", {}).get("log")
+    if not log:
+        return {"outcome": "error", "reasons": [summary]}
+    text = (run_dir / "artifacts" / log).read_text(errors="replace")
+    return attribute_traceback(text, roots=roots, summary=summary, log=log)
+
+
+def last_failed_phase(run_dir: Path) -> dict[str, Any] | None:
+    for line in reversed((run_dir / "events.jsonl").read_text().splitlines()):
+        event = json.loads(line)
+        if event["type"] == "phase_completed":
+            return event["data"] if event["data"]["outcome"] == "failed" else None
+    return None
+
+
+def attribute_traceback(text: str, *, roots: tuple[str, ...], summary: str, log: str) -> dict[str, Any]:
+    """Who raised: the innermost frame that is the target's, transformers' or ours (torch and the
+    standard library are skipped). Target: a finding for the agent (experiment folder) or a human
+    (core); transformers: a finding for a human (outside torchtitan); ours: ``error``."""
+    frames, error = parse_last_traceback(text)
+    owned = [(f, n, _owner(f, roots)) for f, n in frames if _owner(f, roots) != "library"]
+    if not owned or owned[-1][2] == "ours":
+        at = f" at {_short(owned[-1][0], roots)}:{owned[-1][1]}" if owned else ""
+        return {"outcome": "error", "reasons": [f"{error or summary}{at} (our code; log artifacts/{log})"]}
+    file, line, owner = owned[-1]
+    if owner == "transformers":
+        caller = next((f"{_short(f, roots)}:{n}" for f, n, o in reversed(owned) if o != "transformers"), "?")
+        return {"outcome": "needs_human", "reasons": [
+            f"{error} raised in transformers' {file.split('/transformers/', 1)[-1]}:{line} (called from {caller}): "
+            "transformers cannot build this config as given; outside torchtitan (human)"]}
+    where = (file, line)
+    rel = _short(where[0], roots)
+    if rel.startswith(EXP):
+        return {"outcome": "needs_agent", "reasons": [
+            f"{error} raised in the target's {rel}:{where[1]}: fix in the experiment folder (agent)"]}
+    return {"outcome": "needs_human", "reasons": [
+        f"{error} raised in the target's {rel}:{where[1]}: outside the experiment folder, a core change (human)"]}
+
+
+def parse_last_traceback(text: str) -> tuple[list[tuple[str, int]], str]:
+    """Frames (file, line) and the exception line of the last traceback in ``text``."""
+    lines = text.splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")),
+                default=None)
+    if start is None:
+        return [], ""
+    frames, error = [], ""
+    for line in lines[start + 1:]:
+        match = _FRAME.match(line)
+        if match:
+            frames.append((match[1], int(match[2])))
+        elif line and not line.startswith(" "):
+            error = line.strip()
+            break
+    return frames, error
+
+
+def _owner(file: str, roots: tuple[str, ...]) -> str:
+    from orchestrator.worker import PROJECT_ROOT
+
+    if any(file.startswith(root.rstrip("/") + "/") for root in roots):
+        return "target"
+    if "/site-packages/transformers/" in file:
+        return "transformers"
+    if file.startswith(PROJECT_ROOT.rstrip("/") + "/") and "/site-packages/" not in file:
+        return "ours"
+    return "library"
+
+
+def _short(file: str, roots: tuple[str, ...]) -> str:
+    from orchestrator.worker import PROJECT_ROOT
+
+    for root in (*roots, PROJECT_ROOT):
+        if file.startswith(root.rstrip("/") + "/"):
+            return file[len(root.rstrip("/")) + 1:]
+    return file
+
+
+def _issue_line(issue: dict[str, Any]) -> str:
+    where = f" -> fix in {issue['fix_location']}" if issue.get("fix_location") else ""
+    return f"{issue['code']}: {issue['message']}{where}"
+
+
+def numerics_summary(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The bf16 verdict with its firmness, and the fp32 diagnostic's KL, from the numerics phase."""
+    numerics = results.get("numerics") or {}
+    verdict = numerics.get("verdict")
+    if not verdict:
+        return None
+    fp32 = next((r for r in numerics.get("results", []) if r.get("dtype") == "float32"), {})
+    firm = verdict.get("firmness") or {}
+    tier = verdict["status"]
+    return {"tier": tier, "tier_shown": firm.get("edge") or tier, "kl": verdict.get("kl"),
+            "kl_fp64": firm.get("kl_fp64"), "spread": firm.get("spread"), "cos_sim": verdict.get("cos_sim"),
+            "max_diff": verdict.get("max_diff"), "fp32_kl": fp32.get("kl"), "error": verdict.get("error")}
