@@ -8,6 +8,10 @@
 2. numerics: the numerics phase of Qwen3-30B-A3B's synthetic config vs a bare `python -c`
    that imports the same modules and runs the HF block and the Titan MoE forward once in
    each of the two dtypes.                                                goal <= 1.5x, < 60 s
+3. survey (`--survey MODELS|all`, or `--survey-out DIR --survey-state DIR` to read a finished
+   one): the whole `orchestrator survey add-moe-model` against its floor, one warm import plus
+   the worker time each model's build and compare took (every worker call of every run,
+   from the trail).                              goal: all on 2 cores within 25 min (10 min)
 """
 
 from __future__ import annotations
@@ -78,10 +82,37 @@ def start(model: str, state: Path) -> str:
     return json.loads(out.stdout)["run_id"]
 
 
+def survey_against_floor(out: Path, state: Path) -> str:
+    body = json.loads((out / "survey.json").read_text())
+    worker = 0.0
+    for row in body["rows"]:
+        if row["run_id"]:
+            events = (state / "runs" / row["run_id"] / "events.jsonl").read_text().splitlines()
+            worker += sum(e["data"]["seconds"] for e in map(json.loads, events) if e["type"] == "worker_finished")
+    floor = (body["warm_import_s"] or 0.0) + worker
+    return (f"survey ({len(body['rows'])} model types, {body['counts']}): {body['seconds']:.0f} s "
+            f"({body['seconds'] / 60:.1f} min) vs floor {floor:.0f} s (one import {body['warm_import_s']} s + "
+            f"worker time {worker:.0f} s) -> {body['seconds'] / floor:.2f}x (goal: <= 25 min, 10 min)")
+
+
+def run_survey(models: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        state, out = Path(tmp, "state"), Path(tmp, "out")
+        subprocess.run(cli("survey", "add-moe-model", "--models", models, "--device", "cpu", "--out", str(out),
+                           "--json", state=state), cwd=ROOT, capture_output=True, check=False)
+        return survey_against_floor(out, state)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--survey", metavar="MODELS", help="run the survey (all, or types) and time it")
+    parser.add_argument("--survey-out", type=Path, help="read a finished survey's survey.json instead")
+    parser.add_argument("--survey-state", type=Path, help="its state dir (the runs' trails)")
     args = parser.parse_args()
+    if args.survey or args.survey_out:
+        print(survey_against_floor(args.survey_out, args.survey_state) if args.survey_out else run_survey(args.survey))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)
         floors, probes = [], []

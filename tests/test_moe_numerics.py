@@ -70,6 +70,17 @@ def test_decide_routes_on_the_bf16_verdict_only() -> None:
         assert (decided.outcome, decided.route) == ("passed", "gap")
 
 
+def test_a_pass_that_its_spread_carries_across_the_threshold_takes_the_safe_side() -> None:
+    firm = {"kl_fp64": 8e-7, "kl_perturbed": 1.3e-6, "spread": 5e-7, "edge": "PASS|WARN"}
+    decided = phase.decide([_result("PASS", kl=8e-7, firmness=firm), _result("PASS", dtype="float32")])
+    assert (decided.outcome, decided.route) == ("passed", "gap") and "PASS|WARN" in decided.summary
+    firm = {**firm, "spread": 1e-8, "edge": None}
+    assert phase.decide([_result("PASS", kl=8e-7, firmness=firm)]).route == "pass"
+    text = _render("numerics_table.txt.j2", table=phase.build_table([_result("PASS", kl=8e-7, firmness={
+        "kl_fp64": 8e-7, "kl_perturbed": 1.3e-6, "spread": 5e-7, "edge": "PASS|WARN"})]))
+    assert "  bfloat16   KL=8.00e-07  KL(fp64)=8.00e-07  spread=5.00e-07  tier PASS|WARN (at the edge)" in text
+
+
 def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
     probe = phase.decide([_result("ERROR", error_type="ValueError",
                                   error="ValueError: Could not determine top_k [at moe_replacement.py:1 _resolve_top_k]")])

@@ -115,3 +115,22 @@ def test_a_workers_traceback_names_who_raised_and_where_the_fix_goes():
     assert "models/x/modeling_x.py:300" in upstream["reasons"][0] and "probe.py:91" in upstream["reasons"][0]
     mine = attribute((ours, 10), (exp, 77), (ours, 12), error="AttributeError: x")
     assert mine["outcome"] == "error" and "probe.py:12" in mine["reasons"][0]
+
+
+def test_a_worker_killed_from_outside_is_no_verdict_on_this_machine_not_our_error():
+    from phases.add_moe_model.survey.outcome import attribute_traceback
+
+    log = "@@progress {}\n\nFAILED phases.x:y status=failed returncode=-9 after 85.7s\n"
+    row = attribute_traceback(log, roots=("/t",), summary="numerics: worker failed", log="n.log")
+    assert row["outcome"] == "needs_human" and "OOM" in row["reasons"][0]
+
+
+def test_a_numerics_run_that_cannot_fit_in_memory_is_refused_with_the_numbers(monkeypatch):
+    from phases.add_moe_model import memory_budget
+
+    cohere = {"model_type": "cohere2_moe", "hidden_size": 8192, "intermediate_size": 22528, "num_experts": 8}
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 16 << 30)
+    said = memory_budget.memory_shortfall(cohere)
+    assert said and "33.0 GiB" in said and "16.0 GiB" in said
+    qwen3 = {"model_type": "qwen3_moe", "hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 8}
+    assert memory_budget.memory_shortfall(qwen3) is None

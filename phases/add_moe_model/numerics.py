@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.add_moe_model.memory_budget import memory_shortfall
 
 WORKER = "phases.add_moe_model.work.numerics:compare_dtypes"
 VERDICT_DTYPE = "bfloat16"
@@ -54,6 +55,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
     entry = resolve_synthetic_entry(ctx.results)
     if isinstance(entry, Issue):
         return PhaseResult(outcome="needs_agent", summary=entry.message, issues=(entry,))
+    shortfall = memory_shortfall(entry) if ctx.options.get("device", "auto") != "cuda" else None
+    if shortfall:
+        return PhaseResult(outcome="failed", summary=shortfall, data={"code": "insufficient_memory"})
     request = build_request(entry, options=ctx.options)
     ctx.progress(f"{request['model_type']} in {', '.join(request['dtypes'])}")
     answer = ctx.call_worker(WORKER, request, label="numerics")

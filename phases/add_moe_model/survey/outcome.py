@@ -72,7 +72,10 @@ def _done(state: dict[str, Any], numerics: dict[str, Any] | None) -> dict[str, A
 def _failed(state: dict[str, Any], run_dir: Path, roots: tuple[str, ...]) -> dict[str, Any]:
     completed = last_failed_phase(run_dir)
     summary = state.get("summary") or "run failed"
-    log = (completed or {}).get("data", {}).get("log")
+    data = (completed or {}).get("data", {})
+    if data.get("code") == "insufficient_memory":
+        return {"outcome": "needs_human", "reasons": [summary]}
+    log = data.get("log")
     if not log:
         return {"outcome": "error", "reasons": [summary]}
     text = (run_dir / "artifacts" / log).read_text(errors="replace")
@@ -92,6 +95,11 @@ def attribute_traceback(text: str, *, roots: tuple[str, ...], summary: str, log:
     standard library are skipped). Target: a finding for the agent (experiment folder) or a human
     (core); transformers: a finding for a human (outside torchtitan); ours: ``error``."""
     frames, error = parse_last_traceback(text)
+    killed = re.search(r"^FAILED \S+ status=(\w+) returncode=(-?\d+)", text, re.M)
+    if not frames and killed and (killed[1] == "timeout" or int(killed[2]) < 0):
+        return {"outcome": "needs_human", "reasons": [
+            f"the worker was stopped from outside ({killed[1]}, exit {killed[2]}: a timeout, or the kernel's OOM "
+            f"killer): no verdict on this machine; run it on a bigger one (log artifacts/{log})"]}
     owned = [(f, n, _owner(f, roots)) for f, n in frames if _owner(f, roots) != "library"]
     if not owned or owned[-1][2] == "ours":
         at = f" at {_short(owned[-1][0], roots)}:{owned[-1][1]}" if owned else ""

@@ -23,7 +23,7 @@ COLUMNS = ("Model type", "Outcome", "Tier", "KL (bf16)", "KL fp64", "Spread", "K
 def write_reports(survey: Any, opts: Any) -> dict[str, Path]:
     out = opts.out
     body = {"transformers": survey.transformers, "target": opts.target, "device": opts.device,
-            "seconds": survey.seconds, "counts": survey.counts, "in_flight": {},
+            "seconds": survey.seconds, "warm_import_s": survey.warm_import_s, "counts": survey.counts, "in_flight": {},
             "rows": [r.model_dump() for r in survey.rows]}
     paths = {"survey.json": out / "survey.json", "SURVEY.md": out / "SURVEY.md", "survey.html": out / "survey.html"}
     atomic_write(paths["survey.json"], json.dumps(body, indent=2, sort_keys=True).encode() + b"\n")

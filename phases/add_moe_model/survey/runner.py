@@ -53,6 +53,8 @@ class Survey:
     counts: dict[str, int]
     transformers: str
     seconds: float
+    warm_import_s: float | None
+    """Seconds the warm worker took to import torch, transformers and torchtitan (None: not started)."""
 
 
 def run_survey(opts: SurveyOptions, *, say: Callable[[str], None]) -> Survey:
@@ -62,7 +64,7 @@ def run_survey(opts: SurveyOptions, *, say: Callable[[str], None]) -> Survey:
     opts.out.mkdir(parents=True, exist_ok=True)
     saved = load_progress(opts.out)
     started = time.monotonic()
-    with warm_worker(root, say=say):
+    with warm_worker(root, say=say) as warm:
         found = discover(root)
         wanted = list(opts.models) if opts.models else [m["model_type"] for m in found["models"]]
         rows = {r.model_type: r for r in saved["rows"] if r.model_type in wanted}
@@ -83,7 +85,7 @@ def run_survey(opts: SurveyOptions, *, say: Callable[[str], None]) -> Survey:
     ordered = [rows[m] for m in wanted]
     counts = {o: sum(r.outcome == o for r in ordered) for o in OUTCOMES}
     return Survey(rows=ordered, counts=counts, transformers=found["transformers"],
-                  seconds=round(time.monotonic() - started, 1))
+                  seconds=round(time.monotonic() - started, 1), warm_import_s=warm.ready_s)
 
 
 def survey_one(model_type: str, opts: SurveyOptions, *, store: RunStore, root: Path,
@@ -151,6 +153,7 @@ class warm_worker:  # noqa: N801 - used as a context manager
             [sys.executable, "-m", "orchestrator.warm_worker", sock, str(self.root), *PRELOAD],
             cwd=self.root, env=worker_env(self.root), stdout=subprocess.PIPE, preexec_fn=_die_with_parent)
         ready = json.loads(self.proc.stdout.readline() or b'{"ready": false}')
+        self.ready_s = round(time.monotonic() - t0, 1) if ready.get("ready") else None
         if ready.get("ready"):
             os.environ[warm.ENV] = sock
             self.say(f"warm worker ready in {time.monotonic() - t0:.1f} s ({ready['files']} target files "
