@@ -110,9 +110,11 @@ def test_a_workers_traceback_names_who_raised_and_where_the_fix_goes():
     assert agent["outcome"] == "needs_agent" and "moe_replacement.py:77" in agent["reasons"][0]
     human = attribute((ours, 10), (f"{target}/torchtitan/models/common/moe.py", 9))
     assert human["outcome"] == "needs_human" and "core change" in human["reasons"][0]
-    upstream = attribute((ours, 91), (hf, 300), (lib, 5), error="TypeError: int * None")
-    assert upstream["outcome"] == "needs_human"
-    assert "models/x/modeling_x.py:300" in upstream["reasons"][0] and "probe.py:91" in upstream["reasons"][0]
+    unhandled = attribute((ours, 91), (hf, 300), (lib, 5), error="TypeError: int * None")
+    assert unhandled["outcome"] == "error"
+    assert "models/x/modeling_x.py:300" in unhandled["reasons"][0] and "probe.py:91" in unhandled["reasons"][0]
+    via_target = attribute((ours, 10), (exp, 40), (hf, 300))
+    assert via_target["outcome"] == "needs_agent" and "moe_replacement.py:40" in via_target["reasons"][0]
     mine = attribute((ours, 10), (exp, 77), (ours, 12), error="AttributeError: x")
     assert mine["outcome"] == "error" and "probe.py:12" in mine["reasons"][0]
 

@@ -7,7 +7,9 @@ no MoE layers, not a causal LM), ``error`` (an exception in our own code).
 
 An exception a worker died of is read from its log (``attribute_traceback``): raised in the
 target checkout it is a finding (experiment folder -> agent, elsewhere in torchtitan ->
-human), raised in transformers a finding for a human, raised in our code ``error``.
+human); raised in our code, or in transformers where our code called it without handling
+it, it is ``error``. Where our code handles a transformers failure (the probe's model build)
+the phase fails with a code that makes it a finding for a human.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from phases.add_moe_model.workspace import EXP
 Outcome = Literal["clean", "needs_agent", "needs_human", "fail", "unsupported", "error"]
 OUTCOMES: tuple[str, ...] = ("clean", "needs_agent", "needs_human", "fail", "unsupported", "error")
 UNSUPPORTED_CODES = frozenset({"not_moe", "not_causal_lm"})
+# A phase that failed with one of these has no verdict to give here: a human supplies what is missing
+# (a machine with more memory; a config transformers can build).
+HUMAN_CODES = frozenset({"insufficient_memory", "hf_build_failed"})
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -73,7 +78,8 @@ def _failed(state: dict[str, Any], run_dir: Path, roots: tuple[str, ...]) -> dic
     completed = last_failed_phase(run_dir)
     summary = state.get("summary") or "run failed"
     data = (completed or {}).get("data", {})
-    if data.get("code") == "insufficient_memory":
+    codes = {data.get("code"), *(i["code"] for i in (completed or {}).get("issues", []))}
+    if codes & HUMAN_CODES:
         return {"outcome": "needs_human", "reasons": [summary]}
     log = data.get("log")
     if not log:
@@ -105,11 +111,14 @@ def attribute_traceback(text: str, *, roots: tuple[str, ...], summary: str, log:
         at = f" at {_short(owned[-1][0], roots)}:{owned[-1][1]}" if owned else ""
         return {"outcome": "error", "reasons": [f"{error or summary}{at} (our code; log artifacts/{log})"]}
     file, line, owner = owned[-1]
-    if owner == "transformers":
-        caller = next((f"{_short(f, roots)}:{n}" for f, n, o in reversed(owned) if o != "transformers"), "?")
-        return {"outcome": "needs_human", "reasons": [
-            f"{error} raised in transformers' {file.split('/transformers/', 1)[-1]}:{line} (called from {caller}): "
-            "transformers cannot build this config as given; outside torchtitan (human)"]}
+    if owner == "transformers":  # who called transformers decides: the target's code, or ours (unhandled)
+        caller = next(((f, n) for f, n, o in reversed(owned) if o != "transformers"), None)
+        raised = f"raised in transformers' {file.split('/transformers/', 1)[-1]}:{line}"
+        if not caller or _owner(caller[0], roots) == "ours":
+            at = f"{_short(caller[0], roots)}:{caller[1]}" if caller else "?"
+            return {"outcome": "error", "reasons": [f"{error} {raised}, uncaught where {at} called it "
+                                                    f"(our code; log artifacts/{log})"]}
+        error, (file, line) = f"{error} ({raised})", caller
     where = (file, line)
     rel = _short(where[0], roots)
     if rel.startswith(EXP):

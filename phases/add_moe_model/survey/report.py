@@ -99,7 +99,8 @@ tr.clean td:nth-child(2) {{ color: #2b8a3e; }} tr.error td:nth-child(2), tr.fail
 tr.needs_agent td:nth-child(2), tr.needs_human td:nth-child(2) {{ color: #e67700; }}
 </style></head>
 <body><h1>{html.escape(title)}</h1>
-<p id="counts">{len(survey.rows)} model types: {html.escape(counts)}; {survey.seconds:.0f} s; device {html.escape(opts.device)}</p>
+<p id="counts">{len(survey.rows)} model types: {html.escape(counts)}; {survey.seconds:.0f} s; device
+{html.escape(opts.device)}</p>
 <figure id="kl-plot">{kl_plot_svg(survey.rows)}</figure>
 <table id="survey"><thead><tr>{head}</tr></thead><tbody>
 {body}</tbody></table></body></html>

@@ -50,6 +50,23 @@ def build_hf_config(source: ModelSource) -> Any:
     return resolve_text_config(config)
 
 
+class HFBuildError(HFConfigError):
+    """transformers raised while building the model from the config (its code, its file and line)."""
+
+    code = "hf_build_failed"
+
+
+def raise_build_error(config: Any, exc: Exception) -> None:
+    """Re-raise ``exc`` from transformers' model construction as an HFBuildError naming where it was raised."""
+    import traceback
+
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    where = f"{frame.filename.split('/site-packages/')[-1]}:{frame.lineno}"
+    raise HFBuildError(f"transformers cannot build the {config.model_type} model from this config: "
+                       f"{type(exc).__name__}: {exc} (raised at {where}); the fix is the config "
+                       "(a published config.json) or transformers, not torchtitan") from exc
+
+
 def resolve_text_config(config: Any) -> Any:
     """Return the decoder (text) config of a possibly multimodal config."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -76,3 +93,10 @@ def read_field(config: Any, key: str) -> Any:
         return getattr(config, key, None)
     except RuntimeError:  # transformers' AmbiguousGlobalPerLayerAttributeError (Gemma4)
         return None
+
+
+def read_first_layer_field(config: Any, key: str) -> Any:
+    """``config.<key>``, or layer 0's value where the config varies it per layer."""
+    value = read_field(config, key)
+    layers = getattr(config, "per_layer_config", None) if value is None else None
+    return read_field(layers[0], key) if layers else value

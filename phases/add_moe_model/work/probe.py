@@ -16,7 +16,7 @@ from typing import Any
 from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
 from phases.add_moe_model.model_source import ModelSource
 from phases.add_moe_model.work import hf_checks, sharding_checks, state_dict_checks
-from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, read_field
+from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error, read_field
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from orchestrator.progress import report
@@ -87,8 +87,11 @@ def _build_meta_model(config: Any, predicted: list[int]) -> tuple[Any, int]:
 
     n = predicted[0] + 1 if predicted else int(config.num_hidden_layers)
     small = build_truncated_config(config, num_layers=n)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(small), n
+    try:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(small), n
+    except Exception as exc:  # noqa: BLE001 - transformers' own failure on this config is the answer
+        raise_build_error(config, exc)
 
 
 def _scan_layers(model: Any, target_model: Any) -> list[dict[str, Any]]:
@@ -237,7 +240,7 @@ def _assemble(
         score_func=params.get("score_func"),
         route_norm=params.get("route_norm"),
         shared_experts=_shared_kind(moe.get("params"), layer_level=bool(moe.get("layer_level"))),
-        attention=sharding_checks.resolve_attention_kind(getattr(scan[0]["layer"], "self_attn", None)) if scan else "none",
+        attention=sharding_checks.resolve_attention_kind(getattr(scan[0]["layer"], "self_attn", None) if scan else None),
         moe_layers=predicted,
         dense_layers=[i for i in range(n) if i not in set(predicted)],
         moe_mechanism=resolve_moe_mechanism(config),

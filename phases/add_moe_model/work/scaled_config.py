@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from phases.add_moe_model.work.hf_config import read_field
+from phases.add_moe_model.work.hf_config import read_field, read_first_layer_field
 
 EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "top_k_experts", "experts_per_token")
@@ -132,8 +132,8 @@ def _attention_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[
 
 def resolve_heads(real: Any, *, hidden: int, tiny: bool) -> tuple[int, int]:
     """Pick (heads, kv_heads): heads divide ``hidden``, kv heads divide heads."""
-    real_heads = int(real.num_attention_heads)
-    real_kv = int(read_field(real, "num_key_value_heads") or real_heads)
+    real_heads = int(read_first_layer_field(real, "num_attention_heads"))
+    real_kv = int(read_first_layer_field(real, "num_key_value_heads") or real_heads)
     if tiny:
         return 4, 4 if real_kv == real_heads else 2
     heads = max(h for h in range(1, real_heads + 1) if hidden % h == 0)
