@@ -5,7 +5,8 @@ cores) on every call. ``serve`` imports them once in a process started in a targ
 checkout, then answers each call by ``os.fork()``: the child runs the call exactly as
 ``worker_main`` would, in its own process (a crash, a hang or a leak stays there), with
 its stdout/stderr on a pipe the caller hands over, and with the call's target as its
-working directory and first on ``sys.path``.
+working directory, first on ``sys.path`` and as the place where the packages it imported
+find the submodules they have not imported yet.
 
 A child only serves a call when every module the server imported from its own checkout is
 byte-identical in the call's target (a clone of the same commit, untouched); an edited or
@@ -41,7 +42,7 @@ def serve(socket_path: str, root: str, preload: list[str]) -> None:
         conn, _ = server.accept()
         with conn:
             try:
-                _answer_one(conn, imported)
+                _answer_one(conn, imported, root)
             except OSError:  # the caller went away (killed, timed out): serve the next one
                 pass
 
@@ -64,13 +65,13 @@ def imported_files(root: Path) -> dict[str, str]:
     return out
 
 
-def _answer_one(conn: socket.socket, imported: dict[str, str]) -> None:
+def _answer_one(conn: socket.socket, imported: dict[str, str], root: str) -> None:
     message, fds, _, _ = socket.recv_fds(conn, 1 << 16, 1)
     call = json.loads(message)
     pid = os.fork()
     if pid == 0:
         conn.close()
-        os._exit(_child(call, fds[0], imported))
+        os._exit(_child(call, fds[0], imported, root))
     os.close(fds[0])
     try:
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -79,7 +80,7 @@ def _answer_one(conn: socket.socket, imported: dict[str, str]) -> None:
     conn.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
 
 
-def _child(call: dict, log_fd: int, imported: dict[str, str]) -> int:
+def _child(call: dict, log_fd: int, imported: dict[str, str], root: str) -> int:
     os.setsid()
     from orchestrator.worker import _die_with_parent
 
@@ -93,6 +94,7 @@ def _child(call: dict, log_fd: int, imported: dict[str, str]) -> int:
         return STALE_EXIT
     os.chdir(target)
     sys.path.insert(0, str(target))
+    repoint_packages(root, str(target))
     from orchestrator import worker_main
 
     try:
@@ -105,6 +107,16 @@ def _child(call: dict, log_fd: int, imported: dict[str, str]) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def repoint_packages(root: str, target: str) -> None:
+    """Packages imported from ``root`` look for their not-yet-imported submodules in ``target``."""
+    prefix = root.rstrip("/") + "/"
+    for module in list(sys.modules.values()):
+        paths = getattr(module, "__path__", None)
+        if paths and any(str(p).startswith(prefix) for p in paths):
+            module.__path__ = [target.rstrip("/") + "/" + str(p)[len(prefix):] if str(p).startswith(prefix) else p
+                               for p in paths]
 
 
 def _digest(path: Path) -> str | None:

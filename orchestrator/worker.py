@@ -5,7 +5,10 @@ checkout first on ``PYTHONPATH`` and as its working directory, so the code an ag
 edited is the code that runs. stdout and stderr go to one log file (kept as an artifact by
 the caller); ``@@progress`` lines from stderr are shown live. A worker that exits non-zero,
 times out, or leaves no answer file raises ``WorkerFailed`` and its log ends with a
-``FAILED`` marker line so nobody mistakes an earlier result for this run's.
+``FAILED`` marker line so nobody mistakes an earlier result for this run's. When a warm
+worker is running (``orchestrator.warm_worker``, e.g. during a survey) the call is forked
+from it instead, with the same contract; it answers "not here" when a file it imported
+differs in the target, and the call then runs in a fresh process as above.
 """
 
 from __future__ import annotations

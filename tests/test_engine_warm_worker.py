@@ -26,6 +26,12 @@ TOY = {"toymod.py": """
         raise RuntimeError("boom in the child")
 
     VALUE = 21
+""", "toypkg/__init__.py": "import os\nLOADED_IN = os.getpid()\n", "toypkg/late.py": """
+    import os
+    import toypkg
+
+    def answer(request):
+        return {"value": 1, "loaded_in": toypkg.LOADED_IN, "pid": os.getpid()}
 """}
 
 
@@ -34,7 +40,7 @@ def warm(tmp_path: Path):
     root = tmp_path / "root"
     make_repo(root, TOY)
     sock = str(tmp_path / "sock")
-    server = subprocess.Popen([sys.executable, "-m", "orchestrator.warm_worker", sock, str(root), "toymod"],
+    server = subprocess.Popen([sys.executable, "-m", "orchestrator.warm_worker", sock, str(root), "toymod", "toypkg"],
                               cwd=root, env=worker_env(root), stdout=subprocess.PIPE)
     ready = json.loads(server.stdout.readline())
     os.environ[warm_worker.ENV] = sock
@@ -48,7 +54,7 @@ def warm(tmp_path: Path):
 
 def test_calls_fork_from_the_warm_server_and_run_in_the_calls_target(warm, tmp_path):
     root, server_pid, ready = warm
-    assert ready["ready"] and ready["files"] == 1 and ready["failed"] == []
+    assert ready["ready"] and ready["files"] == 2 and ready["failed"] == []
     clone = tmp_path / "clone"
     git.Repo.clone_from(str(root), str(clone))
     first = run_worker("toymod:answer", {"times": 2}, target=clone)
@@ -96,3 +102,12 @@ def test_no_server_means_a_fresh_process(tmp_path):
     finally:
         os.environ.pop(warm_worker.ENV)
     assert result.status == "ok" and result.answer["loaded_in"] == result.answer["pid"]
+
+
+def test_a_submodule_the_server_never_imported_comes_from_the_calls_target(warm, tmp_path):
+    root, server_pid, _ = warm
+    clone = tmp_path / "clone"
+    git.Repo.clone_from(str(root), str(clone))
+    (clone / "toypkg" / "late.py").write_text((clone / "toypkg" / "late.py").read_text().replace('"value": 1', '"value": 2'))
+    result = run_worker("toypkg.late:answer", {}, target=clone)
+    assert result.status == "ok" and result.answer["value"] == 2 and result.answer["loaded_in"] == server_pid
