@@ -108,6 +108,7 @@ def test_a_submodule_the_server_never_imported_comes_from_the_calls_target(warm,
     root, server_pid, _ = warm
     clone = tmp_path / "clone"
     git.Repo.clone_from(str(root), str(clone))
-    (clone / "toypkg" / "late.py").write_text((clone / "toypkg" / "late.py").read_text().replace('"value": 1', '"value": 2'))
+    late = clone / "toypkg" / "late.py"
+    late.write_text(late.read_text().replace('"value": 1', '"value": 2'))
     result = run_worker("toypkg.late:answer", {}, target=clone)
     assert result.status == "ok" and result.answer["value"] == 2 and result.answer["loaded_in"] == server_pid
