@@ -136,3 +136,13 @@ def test_a_numerics_run_that_cannot_fit_in_memory_is_refused_with_the_numbers(mo
     assert said and "33.0 GiB" in said and "16.0 GiB" in said
     qwen3 = {"model_type": "qwen3_moe", "hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 8}
     assert memory_budget.memory_shortfall(qwen3) is None
+
+
+def test_moe_layers_the_config_mechanism_does_not_name_are_found_from_the_built_model():
+    # jamba places experts with expert_layer_period/offset, which layers.py does not know: the
+    # prediction says layer 0, the built model says layer 1, and the entry follows the evidence.
+    from phases.add_moe_model.work.synthetic import probe_entry_build
+
+    entry = build_synthetic_entry(_config("jamba"))
+    assert entry["num_hidden_layers"] == 2
+    assert probe_entry_build(entry) == ([1], [])

@@ -2,7 +2,7 @@
 
 Outcomes: ``clean`` (numerics PASS or WARN, parallelism build check PASS), ``needs_agent``
 (issue codes and where each fix goes), ``needs_human`` (a core change and why), ``fail``
-(numerics FAIL, with what gap analysis found), ``unsupported`` (start refused the model:
+(numerics FAIL, or a tier whose one-ulp spread reaches FAIL, with what gap analysis found), ``unsupported`` (start refused the model:
 no MoE layers, not a causal LM), ``error`` (an exception in our own code).
 
 An exception a worker died of is read from its log (``attribute_traceback``): raised in the
@@ -63,11 +63,14 @@ def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Pa
 def _done(state: dict[str, Any], numerics: dict[str, Any] | None) -> dict[str, Any]:
     results = state.get("results", {})
     build = results.get("parallelism", {})
-    if numerics and numerics.get("tier") == "FAIL":
+    # NOTE: the safe side: a tier whose one-ulp spread reaches FAIL ("PASS|FAIL") is not clean either.
+    if numerics and "FAIL" in numerics.get("tier_shown", ""):
         gap = results.get("gap_analysis", {}).get("rows", [])
         found = [f"gap analysis: {r['label']} -> max_diff {r['max_diff']:.2e} ({r['description']})"
                  for r in gap if isinstance(r.get("max_diff"), (int, float))]
-        return {"outcome": "fail", "reasons": [f"numerics FAIL KL={numerics['kl']:.2e}", *found]}
+        spread = f" (one-ulp spread {numerics['spread']:.2e})" if numerics.get("spread") is not None else ""
+        return {"outcome": "fail", "reasons": [f"numerics {numerics['tier_shown']} KL={numerics['kl']:.2e}{spread}",
+                                               *found]}
     line = f"numerics {numerics['tier_shown'] if numerics else '?'}; parallelism build check passed"
     if build.get("summary"):
         line += f" ({build['summary']})"

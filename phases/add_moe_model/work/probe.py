@@ -22,6 +22,7 @@ from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwar
 from orchestrator.progress import report
 
 EXP_PKG = "torchtitan.experiments.transformers_modeling_backend"
+WIDER_BUILD = 8
 
 
 def probe(request: dict) -> dict:
@@ -46,8 +47,15 @@ def run_probe(source: ModelSource) -> CompatReport:
     predicted = predict_moe_layers(config)
     report("building the HF model on meta", layers=(predicted[0] + 1) if predicted else config.num_hidden_layers)
     model, built = _build_meta_model(config, predicted)
-    clock.lap("meta_build")
     scan = _scan_layers(model, target["model"])
+    if not any(r["attr"] for r in scan) and built < min(int(config.num_hidden_layers), WIDER_BUILD):
+        # NOTE: the config's mechanism may be one layers.py does not know (jamba's expert_layer_period):
+        # the evidence is the built layers, so build more of them before calling the model dense.
+        predicted = []
+        model, built = _build_meta_model(build_truncated_config(config, num_layers=WIDER_BUILD), [])
+        scan = _scan_layers(model, target["model"])
+        predicted = [r["index"] for r in scan if r["attr"] is not None]
+    clock.lap("meta_build")
     issues, notes = _check_layer_plan(scan, predicted, built=built)
     moe = _probe_first_moe(scan, config, target, issues)
     clock.lap("moe_probe")

@@ -60,7 +60,10 @@ def build_synthetic_entry(real: Any) -> dict[str, Any]:
 
     entry = build_scaled_kwargs(real, ScalePlan(num_layers=1))
     # NOTE: the 8-layer copy is built by the same builder, so per-layer type lists match its length.
-    layers = predict_moe_layers(AutoConfig.for_model(**build_scaled_kwargs(real, ScalePlan(num_layers=8))))
+    eight = build_scaled_kwargs(real, ScalePlan(num_layers=8))
+    layers = predict_moe_layers(AutoConfig.for_model(**eight))
+    if not layers or layers[0] == 0:
+        layers = built_moe_layers(eight) or layers  # the evidence wins over a mechanism layers.py lacks
     if layers and layers[0] > 0:
         entry = build_scaled_kwargs(real, ScalePlan(num_layers=layers[0] + 1))
     return entry
@@ -133,6 +136,11 @@ def _check_layer_forcing(entry: dict[str, Any], built: Any, real: Any) -> list[s
     if read_field(real, "mlp_layer_types") is not None and (not types or any(t != "sparse" for t in types)):
         out.append(f"mlp_layer_types={types!r}, rule says ['sparse']")
     return out
+
+
+def built_moe_layers(kwargs: dict[str, Any]) -> list[int]:
+    """Indices of the MoE layers of ``kwargs``'s model built on meta (empty when it does not build)."""
+    return probe_entry_build(kwargs)[0]
 
 
 def probe_entry_build(entry: dict[str, Any]) -> tuple[list[int], list[str]]:
