@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
+        os.environ["ORCHESTRATOR_ANCHOR_DIR"] = str(Path(tmp) / "anchors")  # every write signs its head there
         bare = bare_fsync_rate(Path(tmp) / "bare.jsonl", 2_000)
         _, single = make_run(state / "single", 2_000)
         _, grouped = make_run(state / "grouped", 20_000, batch=20)

@@ -18,6 +18,9 @@ if ls "$wheels"/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 state=.devstate/state
+# Device calls may land on fresh machines: the trail's signed heads travel inside the carried
+# state dir here (a bench harness; on a workstation they stay in ~/.config/orchestrator).
+export ORCHESTRATOR_ANCHOR_DIR=${ORCHESTRATOR_ANCHOR_DIR:-$state/.anchors}
 rewrites=norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout)
 status=0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.chain import GENESIS_HASH, chain_hash, line_hash
+from orchestrator.chain import GENESIS_HASH, chain_hash, verified_prefix
 from orchestrator.snapshot import replay
 from orchestrator.store import ARTIFACTS, EVENTS, SNAPSHOT
 
@@ -24,26 +24,31 @@ class Finding:
     seq: int | None
     """The event at fault (None for run-level findings such as a stale run.json)."""
     check: str
-    """chain, schema, snapshot, artifact, or rule:<name>."""
+    """chain, schema, anchor, meaning, snapshot, artifact, or rule:<name>."""
     message: str
 
 
-def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: bool = True) -> list[Finding]:
+def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: bool = True,
+              workflow: Any = None, anchor: bool = True) -> list[Finding]:
     """All findings for the run at ``run_dir``; parsing problems stop the deeper checks.
 
     ``schema=False`` skips the pydantic validation of every event (the slowest check; the
-    chain already proves the lines are what the engine wrote).
+    chain already proves the lines are what the engine wrote). ``workflow`` (the run's
+    Workflow) turns on the meaning checks; ``anchor=False`` skips the anchor (a run copied
+    from another machine, whose anchor stayed there).
     """
     # NOTE: parsing builds millions of small containers; the cyclic GC would rescan them
     # again and again (about half the time of a 100,000-event audit) and finds no cycles.
     gc.disable()
     try:
-        return _audit(run_dir, rules=rules or {}, schema=schema)
+        return _audit(run_dir, rules=rules or {}, schema=schema, workflow=workflow, anchor=anchor)
     finally:
         gc.enable()
 
 
-def _audit(run_dir: Path, *, rules: dict[str, Any], schema: bool) -> list[Finding]:
+def _audit(run_dir: Path, *, rules: dict[str, Any], schema: bool, workflow: Any, anchor: bool) -> list[Finding]:
+    from orchestrator.audit_meaning import check_anchor, check_meaning
+
     lines, events, findings = _parse_lines(run_dir / EVENTS)
     if findings:
         return findings
@@ -52,6 +57,10 @@ def _audit(run_dir: Path, *, rules: dict[str, Any], schema: bool) -> list[Findin
         findings += check_schema(events)
     if findings:
         return findings
+    if anchor:
+        findings += [Finding(seq=seq, check="anchor", message=m) for seq, m in check_anchor(run_dir, events, False)]
+    if workflow is not None:
+        findings += [Finding(seq=seq, check="meaning", message=m) for seq, m in check_meaning(events, workflow)]
     try:
         state = replay(events, run_id=run_dir.name)
     except (KeyError, TypeError) as exc:
@@ -121,24 +130,6 @@ def check_chain(events: list[dict[str, Any]], *, run_id: str, lines: list[bytes]
             findings.append(Finding(seq=None, check="chain", message="more than 50 chain findings; stopped"))
             break
     return findings
-
-
-def verified_prefix(events: list[dict[str, Any]], lines: list[bytes], *, run_id: str) -> int:
-    """How many leading events are intact, judged from the raw lines (no re-serializing).
-
-    The slow, explaining checks then start at the first event this cannot vouch for.
-    """
-    prev = GENESIS_HASH
-    for index, (event, line) in enumerate(zip(events, lines)):
-        try:
-            intact = (event["seq"] == index and event["prev_hash"] == prev and event["run_id"] == run_id
-                      and line_hash(prev, line) == event["hash"])
-        except (KeyError, TypeError):
-            intact = False
-        if not intact:
-            return index
-        prev = event["hash"]
-    return len(events)
 
 
 def check_schema(events: list[dict[str, Any]]) -> list[Finding]:

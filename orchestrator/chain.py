@@ -37,3 +37,21 @@ def line_hash(prev_hash: str, line: bytes) -> str | None:
         return None
     body = line[:cut] + line[cut + _HASH_MEMBER_LEN:]
     return hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
+
+
+def verified_prefix(events: list[dict[str, Any]], lines: list[bytes], *, run_id: str) -> int:
+    """How many leading events are intact, judged from the raw lines (no re-serializing).
+
+    The slow, explaining checks then start at the first event this cannot vouch for.
+    """
+    prev = GENESIS_HASH
+    for index, (event, line) in enumerate(zip(events, lines)):
+        try:
+            intact = (event["seq"] == index and event["prev_hash"] == prev and event["run_id"] == run_id
+                      and line_hash(prev, line) == event["hash"])
+        except (KeyError, TypeError):
+            intact = False
+        if not intact:
+            return index
+        prev = event["hash"]
+    return len(events)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -53,21 +54,16 @@ def command(group: click.Group, name: str, **kwargs: Any) -> Callable:
         @functools.wraps(func)
         def wrapper(as_json: bool, state_dir: str | None, debug: bool, **params: Any) -> None:
             settings = _Settings(as_json=as_json, state_dir=state_dir, debug=debug)
+            signal.signal(signal.SIGTERM, _stop_on_sigterm)
             try:
                 code = func(settings, **params)
-            except OrchestratorError as exc:
-                if settings.debug:
-                    import traceback
-
-                    traceback.print_exc()
-                from orchestrator.render import emit_error
-
-                emit_error(exc.code, exc.message, as_json=settings.as_json)
-                sys.exit(exc.exit_code)
-            except KeyboardInterrupt:
-                print("interrupted; the trail keeps everything recorded so far "
+            except (OrchestratorError, OSError) as exc:
+                _exit_with_error(settings, exc)
+            except KeyboardInterrupt as exc:
+                name = getattr(exc, "signal_name", "SIGINT")
+                print(f"stopped by {name}; the trail records it and keeps everything recorded so far "
                       "(`orchestrator advance` picks up the interrupted phase)", file=sys.stderr)
-                sys.exit(130)
+                sys.exit(143 if name == "SIGTERM" else 130)
             sys.exit(code or EXIT_OK)
 
         return wrapper
@@ -75,7 +71,73 @@ def command(group: click.Group, name: str, **kwargs: Any) -> Callable:
     return decorate
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CommandStopped(KeyboardInterrupt):
+    """SIGTERM (what `timeout` and service managers send) ends a command like Ctrl-C does."""
+
+    signal_name = "SIGTERM"
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise CommandStopped()
+
+
+def _exit_with_error(settings: _Settings, exc: BaseException) -> None:
+    """One line on stderr (a JSON error under --json) and exit 2 (or the error's own code)."""
+    import errno
+
+    from orchestrator.render import emit_error
+
+    if isinstance(exc, OSError) and not isinstance(exc, OrchestratorError):
+        if exc.errno != errno.ENAMETOOLONG:
+            raise exc
+        exc = UsageError(f"a name is longer than the file system allows: {str(exc.filename)[:80]!r}...")
+    if settings.debug:
+        import traceback
+
+        traceback.print_exc()
+    assert isinstance(exc, OrchestratorError)
+    emit_error(exc.code, exc.message.splitlines()[0] if exc.exit_code == EXIT_USAGE else exc.message,
+               as_json=settings.as_json)
+    sys.exit(exc.exit_code)
+
+
+class _Main(click.Group):
+    """The command group; click's own usage errors become one line (or a JSON error) and exit 2."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        as_json = "--json" in argv
+        try:
+            _check_utf8(argv)
+            code = super().main(argv, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                                **extra)
+        except click.exceptions.Abort:
+            sys.exit(130)
+        except click.ClickException as exc:
+            from orchestrator.render import emit_error
+
+            emit_error("bad_input", " ".join(exc.format_message().split()), as_json=as_json)
+            sys.exit(EXIT_USAGE)
+        except UsageError as exc:
+            from orchestrator.render import emit_error
+
+            emit_error(exc.code, exc.message, as_json=as_json)
+            sys.exit(EXIT_USAGE)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _check_utf8(argv: list[str]) -> None:
+    """Arguments the OS handed over as bytes that are not UTF-8 (lone surrogates) are refused."""
+    for index, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "backslashreplace").decode("ascii", "replace")[:80]
+            raise UsageError(f"argument {index} ({shown}) is not valid UTF-8") from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """orchestrator: torchtitan agent skills as persisted, auditable state machines."""
 
@@ -161,8 +223,10 @@ def advance_cmd(settings: _Settings, run_id: str, max_phases: int | None) -> int
 @command(main, "resume")
 @click.argument("run_id")
 @click.option("--answer", "answers", multiple=True, metavar="KEY=VALUE", help="Answer a pending question.")
-def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...]) -> int:
-    """Answer pending questions of RUN (validated first), then advance."""
+@click.option("--results", metavar="DIR", default=None,
+              help="Hand back the current phase's work run elsewhere (e.g. a job's logs).")
+def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], results: str | None) -> int:
+    """Answer pending questions of RUN (validated first), hand back results, then advance."""
     from orchestrator import engine
 
     parsed = {}
@@ -171,7 +235,8 @@ def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...]) -> in
         if not sep or not key:
             raise UsageError(f"--answer {item!r} must look like KEY=VALUE")
         parsed[key.strip()] = value
-    outcome = engine.resume(run_id, parsed, store=settings.store(), progress=settings.progress())
+    outcome = engine.resume(run_id, parsed, store=settings.store(), progress=settings.progress(),
+                            results=Path(results) if results else None)
     return _print_outcome(settings, outcome)
 
 
@@ -202,12 +267,21 @@ def _print_runs(settings: _Settings) -> int:
     from orchestrator.render import emit_json, runs_table, status_view
 
     store = settings.store()
-    states = [store.read_state(r) for r in store.list_run_ids()]
+    states = [_state_or_broken(store, r) for r in store.list_run_ids()]
     if settings.as_json:
         emit_json({"runs": [status_view(s) for s in states]})
     else:
         print(runs_table(states))
     return EXIT_OK
+
+
+def _state_or_broken(store: Any, run_id: str) -> dict[str, Any]:
+    """The run's state; a run whose trail cannot be read is listed as broken, not fatal to the list."""
+    try:
+        return store.read_state(run_id)
+    except OrchestratorError as exc:
+        return {"run_id": run_id, "workflow": "?", "phase": "?", "status": "broken", "awaiting": None,
+                "summary": exc.message.splitlines()[0]}
 
 
 @command(main, "show")
@@ -235,16 +309,18 @@ def show_cmd(settings: _Settings, run_id: str, last_events: int) -> int:
 @click.argument("run_id")
 @click.option("--schema/--no-schema", default=False, show_default=True,
               help="Also validate every event against its pydantic model (slow on long trails).")
-def audit_cmd(settings: _Settings, run_id: str, schema: bool) -> int:
-    """Verify RUN's trail: hash chain, run.json, artifacts, workflow rules (and schema)."""
+@click.option("--no-anchor", is_flag=True, help="Skip the anchor check (a run copied from another machine).")
+def audit_cmd(settings: _Settings, run_id: str, schema: bool, no_anchor: bool) -> int:
+    """Verify RUN's trail: hash chain, anchor, meaning, run.json, artifacts, workflow rules (and schema)."""
     from orchestrator.audit import audit_run
     from orchestrator.render import emit_json
     from orchestrator.workflow import load_workflow
 
     store = settings.store()
     run_dir = store.run_dir(run_id)
-    rules = _rules_for(store, run_id, load_workflow)
-    findings = audit_run(run_dir, rules=rules, schema=schema)
+    workflow = _workflow_for(store, run_id, load_workflow)
+    rules = dict(workflow.rules) if workflow is not None else {}
+    findings = audit_run(run_dir, rules=rules, schema=schema, workflow=workflow, anchor=not no_anchor)
     if settings.as_json:
         emit_json({"run_id": run_id, "ok": not findings,
                    "findings": [{"seq": f.seq, "check": f.check, "message": f.message} for f in findings]})
@@ -252,18 +328,17 @@ def audit_cmd(settings: _Settings, run_id: str, schema: bool) -> int:
         for f in findings:
             print(f"seq {f.seq if f.seq is not None else '-':>6}  {f.check:18} {f.message}")
     else:
-        checked = "chain, schema, run.json, artifacts, rules" if schema else "chain, run.json, artifacts, rules"
-        print(f"{run_id}: trail intact ({checked})")
+        checked = ["chain"] + ["schema"] * schema + ["anchor"] * (not no_anchor) + ["meaning"] * (workflow is not None)
+        print(f"{run_id}: trail intact ({', '.join(checked + ['run.json', 'artifacts', 'rules'])})")
     return EXIT_FAILED if findings else EXIT_OK
 
 
-def _rules_for(store: Any, run_id: str, load_workflow: Callable) -> dict[str, Any]:
-    """The workflow's audit rules, if the trail's first line names a known workflow."""
+def _workflow_for(store: Any, run_id: str, load_workflow: Callable) -> Any:
+    """The run's workflow, if the trail's first line names a known one (else None: no meaning checks)."""
     try:
-        workflow = store.read_first_event(run_id)["data"]["workflow"]
-        return dict(load_workflow(workflow).rules)
-    except (OrchestratorError, KeyError, IndexError):
-        return {}
+        return load_workflow(store.read_first_event(run_id)["data"]["workflow"])
+    except (OrchestratorError, KeyError, IndexError, TypeError):
+        return None
 
 
 @command(main, "abort")

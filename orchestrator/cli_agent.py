@@ -16,6 +16,7 @@ import click
 from orchestrator.errors import EXIT_OK, EXIT_USAGE
 
 HOOK_PATH_KEYS = ("file_path", "notebook_path", "path")
+EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 
 
 def register(main: click.Group, command: Callable[..., Callable]) -> None:
@@ -57,12 +58,11 @@ def register(main: click.Group, command: Callable[..., Callable]) -> None:
         from orchestrator.agent.files import ScopeRefused, check_writable
         from orchestrator.agent.tools import _scope
 
-        path = file if file and file != "-" else _hook_path(sys.stdin.read())
-        if path is None:
-            return EXIT_OK
-        state = settings.store().read_state(run_id)
         try:
-            check_writable(_scope(state), path)
+            path = file if file and file != "-" else _hook_path(sys.stdin.read())
+            if path is None:
+                return EXIT_OK
+            check_writable(_scope(settings.store().read_state(run_id)), path)
         except ScopeRefused as exc:
             print(f"orchestrator: refused: {exc.message}", file=sys.stderr)
             return EXIT_USAGE
@@ -70,12 +70,26 @@ def register(main: click.Group, command: Callable[..., Callable]) -> None:
 
 
 def _hook_path(payload: str) -> str | None:
-    """The edited path from a PreToolUse hook payload; None when the tool edits no file."""
+    """The edited path from a PreToolUse hook payload; None for a tool that edits no file.
+
+    Fails closed: a payload that is not JSON, lacks tool_name/tool_input, or an editing tool
+    whose payload names no file path, is refused.
+    """
+    from orchestrator.agent.files import ScopeRefused
+
     try:
-        tool_input = json.loads(payload or "{}").get("tool_input") or {}
+        tool_input = json.loads(payload).get("tool_input")
     except (ValueError, AttributeError):
-        return None
-    return next((tool_input[k] for k in HOOK_PATH_KEYS if isinstance(tool_input.get(k), str)), None)
+        raise ScopeRefused("the hook payload is not a JSON object; refusing the edit") from None
+    tool = json.loads(payload).get("tool_name")
+    if not isinstance(tool, str) or not tool or not isinstance(tool_input, dict):
+        raise ScopeRefused("the hook payload has no tool_name and tool_input object; refusing the edit")
+    path = next((tool_input[k] for k in HOOK_PATH_KEYS if k in tool_input), None)
+    if path is None and tool not in EDIT_TOOLS:
+        return None  # a tool that edits no file (the hook's matcher let it through)
+    if not isinstance(path, str) or not path:
+        raise ScopeRefused(f"the hook payload names no file to edit ({', '.join(HOOK_PATH_KEYS)}); refusing the edit")
+    return path
 
 
 def _print_drive(settings: Any, result: Any) -> None:

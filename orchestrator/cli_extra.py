@@ -25,6 +25,8 @@ def register(main: click.Group, command: Callable) -> None:
             diff = sys.stdin.read() if diff_file == "-" else open(diff_file, encoding="utf-8").read()
         except OSError as exc:
             raise UsageError(f"cannot read {diff_file}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{diff_file} is not UTF-8 text (byte {exc.start}); send the diff as UTF-8") from None
         return _print_outcome(settings, submit_patch(run_id, diff=diff, label=label, store=settings.store()))
 
     @command(main, "revert-patches")

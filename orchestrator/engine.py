@@ -36,15 +36,33 @@ class Outcome:
     messages: tuple[str, ...] = field(default_factory=tuple)
 
 
-def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore) -> Outcome:
-    """Validate options, prepare the target, create the run. Bad input writes nothing."""
+def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, actor: str = "human") -> Outcome:
+    """Validate options, prepare the target, create the run. Bad input writes nothing.
+
+    Options the workflow marks human-only (they answer a human-only question) are taken only
+    from a person (``actor="human"``, the CLI); an agent's start with one is refused.
+    """
     workflow = load_workflow(workflow_name)
+    _refuse_human_options(workflow, raw_options, actor=actor)
     try:
         options = workflow.options.model_validate(raw_options)
     except ValidationError as exc:
         raise UsageError(f"{workflow_name}: " + _validation_message(exc)) from None
-    store.ensure_writable()
+    store.check_writable()
+    made_state_dir = not store.state_dir.exists()
+    try:
+        return _start_prepared(workflow, options, store=store, actor=actor)
+    except BaseException:
+        if made_state_dir:
+            _remove_if_runless(store)
+        raise
+
+
+def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor: str) -> Outcome:
     prepared = workflow.prepare(options, str(store.state_dir))
+    if prepared.answers and actor != "human":
+        raise UsageError(f"start options {', '.join(sorted(prepared.answers))} answer questions only a person may "
+                         "answer; a person starts this run with `orchestrator start`")
     from orchestrator.git import capture_base
 
     base = capture_base(prepared.target)
@@ -54,9 +72,26 @@ def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore) -
         options=json_safe(prepared.options), base=base, initial_phase=workflow.initial))
     if prepared.answers:
         with store.open_run(run_id) as run:
-            for key, value in prepared.answers.items():
-                run.append(ev.AnswerAccepted(key=key, value=value), actor="human")
+            run.append_many([ev.AnswerAccepted(key=key, value=value) for key, value in prepared.answers.items()],
+                            actor="human")
     return Outcome(run_id=run_id, state=store.read_state(run_id), exit_code=EXIT_OK)
+
+
+def _refuse_human_options(workflow: Workflow, raw_options: dict[str, Any], *, actor: str) -> None:
+    given = sorted(k for k in workflow.human_options if raw_options.get(k) not in (None, ""))
+    if given and actor != "human":
+        raise UsageError(f"{workflow.name}: option(s) {', '.join(given)} answer questions only a person may "
+                         "answer; leave them out (the run asks a person) or let a person start the run")
+
+
+def _remove_if_runless(store: RunStore) -> None:
+    """Undo a state dir this refused start created (unless another process started a run in it meanwhile)."""
+    import shutil
+
+    runs = store.runs_dir
+    if runs.is_dir() and any(p for p in runs.iterdir() if not p.name.startswith(".")):
+        return
+    shutil.rmtree(store.state_dir, ignore_errors=True)
 
 
 def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None,
@@ -70,19 +105,51 @@ def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None
 
 def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str = "human",
            tool_call_id: str | None = None, progress: Progress = lambda _: None,
-           advance_after: bool = True) -> Outcome:
-    """Validate every answer first (nothing written if one is bad), record them, advance."""
+           advance_after: bool = True, results: Path | None = None) -> Outcome:
+    """Validate every answer first (nothing written if one is bad), record them, advance.
+
+    ``results``: a directory of the current phase's work run elsewhere, read by the phase's
+    ``results`` hook; what it yields is recorded as the human's before the answers.
+    """
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
+        handback = read_results(run.state, results) if results is not None else None
+        answers = {**(handback.answers if handback else {}), **answers}
         parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
-        for key, value in parsed.items():
-            run.append(ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id),
-                       actor=actor, phase=run.state["phase"])
+        if handback is not None:
+            record_handback(run, handback, templates_package=load_workflow(run.state["workflow"]).templates_package)
+        run.append_many([ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id)
+                         for key, value in parsed.items()], actor=actor, phase=run.state["phase"])
         run.flush()
         if not advance_after:
             return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
         workflow = load_workflow(run.state["workflow"])
         return drive_open_run(run, workflow, progress=progress, max_phases=None)
+
+
+def read_results(state: dict[str, Any], directory: Path) -> Any:
+    """The current phase's ``HandBack`` for ``directory``; UsageError when it takes none (nothing written)."""
+    from orchestrator.workflow import resolve_ref
+
+    if state["phase"] == DONE:
+        raise UsageError(f"run {state['run_id']} waits in no phase; it takes no results")
+    spec = load_workflow(state["workflow"]).phase(state["phase"])
+    if not spec.results:
+        raise UsageError(f"phase {spec.name} of run {state['run_id']} takes no handed-back results")
+    if not Path(directory).is_dir():
+        raise UsageError(f"--results {directory}: not a directory")
+    return resolve_ref(spec.results)(state, Path(directory))
+
+
+def record_handback(run: OpenRun, handback: Any, *, templates_package: str) -> None:
+    """Artifacts, records and a note of a hand-back, all as the human's."""
+    ctx = EngineContext(run, phase=run.state["phase"], templates_package=templates_package, timeout_s=0,
+                        on_progress=lambda _m: None, actor="human")
+    for name, content in handback.artifacts.items():
+        ctx.write_artifact(name, content)
+    for kind, record in handback.records:
+        ctx.add_record(kind, record)
+    ctx.note(handback.summary, kind="results_handed_back")
 
 
 def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") -> Outcome:
@@ -165,13 +232,16 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
             break
         if max_phases is not None and done >= max_phases:
             break
-        result = _run_phase(run, workflow, progress=progress)
+        name, attempt, result = _run_phase(run, workflow, progress=progress)
         done += 1
-        if result.outcome != "passed":
-            break
-        if not _take_route(run, workflow, result.route):
-            break
+        with run.atomic():  # completion, questions and transition land in one write, or none does
+            _complete(run, name, attempt, result)
+            moved = result.outcome == "passed" and _take_route(run, workflow, result.route)
+            if moved and run.state["phase"] == DONE:
+                run.append(ev.RunFinished(summary=run.state["summary"] or "all phases passed"))
         run.flush()
+        if not moved:
+            break
     if run.state["phase"] == DONE and run.state["status"] != "done":
         run.append(ev.RunFinished(summary=run.state["summary"] or "all phases passed"))
     return Outcome(run_id=run.run_id, state=run.state, exit_code=exit_code_for(run.state),
@@ -192,7 +262,7 @@ def _guards_hold(run: OpenRun, workflow: Workflow) -> bool:
     return ok
 
 
-def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> Any:
+def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple[str, int, Any]:
     from orchestrator.phase_api import PhaseResult
 
     name = run.state["phase"]
@@ -210,14 +280,17 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> Any:
     entry = module.reconcile if interrupted and hasattr(module, "reconcile") else module.run
     try:
         result = entry(ctx)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (the CLI turns it into CommandStopped)
+        run.append(ev.CommandInterrupted(signal=getattr(exc, "signal_name", "SIGINT"), command_phase=name),
+                   phase=name)
+        raise
     except WorkerFailed as exc:
         result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message.splitlines()[0]}",
                              data={"error": exc.message, "log": exc.log})
     except OrchestratorError as exc:
         result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message}",
                              data={"error": exc.message, "code": exc.code})
-    _complete(run, name, attempt, result)
-    return result
+    return name, attempt, result
 
 
 def _complete(run: OpenRun, name: str, attempt: int, result: Any) -> None:

@@ -205,12 +205,31 @@ class RunFinished(_Data):
     summary: str
 
 
+class CommandInterrupted(_Data):
+    type: Literal["command_interrupted"] = "command_interrupted"
+    signal: str
+    """SIGTERM or SIGINT: the CLI was stopped; its worker's process group was killed."""
+    command_phase: str | None = None
+    """The phase that was running (it stays in flight: the next advance reruns or reconciles it)."""
+
+
+class TrailRepaired(_Data):
+    type: Literal["trail_repaired"] = "trail_repaired"
+    lost_seqs: list[int]
+    """Seqs of the write that never fully landed (the anchor had announced them)."""
+    dropped_lines: int
+    """Complete lines of that write that were cut off again."""
+    torn_bytes: int
+    """Bytes of a torn last line that were cut off."""
+
+
 EventData = Annotated[
     Union[
         RunStarted, PhaseStarted, PhaseInterrupted, PhaseCompleted, TransitionTaken,
         GateBlocked, GuardViolated, GuardCleared, QuestionAsked, AnswerAccepted,
         ArtifactWritten, MeasurementRecorded, NoteAdded, WorkerFinished, AgentActed,
-        PatchApplied, PatchReverted, RecordAdded, RunAborted, RunFinished,
+        PatchApplied, PatchReverted, RecordAdded, RunAborted, RunFinished, CommandInterrupted,
+        TrailRepaired,
     ],
     Field(discriminator="type"),
 ]

@@ -78,6 +78,27 @@ class PhaseResult:
     route: str = "next"
 
 
+@dataclass(frozen=True, kw_only=True)
+class HandBack:
+    """Results of a phase's work run elsewhere, read by the phase's ``results`` hook.
+
+    ``orchestrator resume RUN --results DIR`` calls the hook of the phase the run waits in
+    as ``hook(snapshot, DIR) -> HandBack`` (raising ``UsageError`` for a DIR it cannot use,
+    so nothing is written), then records everything as the human's, then advances.
+
+    Attributes:
+        summary: one line for the trail, e.g. "3 rows from /scratch/job-17".
+        artifacts: artifact name -> content (the logs as handed back).
+        records: (kind, record) pairs to append, which the phase reads on its next attempt.
+        answers: pending question key -> answer the hand-back settles.
+    """
+
+    summary: str
+    artifacts: dict[str, bytes | str] = field(default_factory=dict)
+    records: tuple[tuple[str, dict[str, Any]], ...] = ()
+    answers: dict[str, str] = field(default_factory=dict)
+
+
 class PhaseContext(Protocol):
     """What a phase may read and do. Implemented by the engine."""
 

@@ -61,5 +61,7 @@ def runs_table(states: list[dict[str, Any]]) -> str:
     rows = [f"{'RUN':44} {'WORKFLOW':20} {'PHASE':20} STATUS"]
     for s in states:
         status = s["status"] + (f" ({s['awaiting']})" if s.get("awaiting") else "")
+        if s["status"] == "broken":
+            status += f": {s['summary']}"
         rows.append(f"{s['run_id']:44} {s['workflow']:20} {s['phase']:20} {status}")
     return "\n".join(rows)

@@ -72,12 +72,19 @@ def _guard_cleared(s: dict[str, Any], d: dict[str, Any], ev: dict[str, Any]) -> 
 def _question_asked(s: dict[str, Any], d: dict[str, Any], ev: dict[str, Any]) -> None:
     question = {k: v for k, v in d.items() if k != "type"}
     s["pending"] = [q for q in s["pending"] if q["key"] != d["key"]] + [question]
+    # NOTE: an agent's question is answered into agent_answers, never into the answers the phases
+    # read, so it cannot pre-answer or shadow a question the workflow asks (that one replaces it).
+    s["agent_asked"] = [k for k in s["agent_asked"] if k != d["key"]] + ([d["key"]] if ev["actor"] == "agent" else [])
     s["status"] = "waiting"
     s["awaiting"] = "human" if any(q["human_only"] for q in s["pending"]) else s["awaiting"] or "agent"
 
 
 def _answer_accepted(s: dict[str, Any], d: dict[str, Any], ev: dict[str, Any]) -> None:
-    s["answers"][d["key"]] = d["value"]
+    if d["key"] in s["agent_asked"]:
+        s["agent_asked"] = [k for k in s["agent_asked"] if k != d["key"]]
+        s["agent_answers"][d["key"]] = d["value"]
+    else:
+        s["answers"][d["key"]] = d["value"]
     s["pending"] = [q for q in s["pending"] if q["key"] != d["key"]]
     if not s["pending"] and s["status"] == "waiting" and s["awaiting"] == "human":
         s["status"], s["awaiting"] = "running", None
@@ -139,7 +146,7 @@ def empty_state(run_id: str) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "workflow": "", "target": "", "options": {},
         "base": {}, "phase": "", "status": "running", "awaiting": None, "pending": [], "issues": [],
-        "answers": {}, "results": {}, "attempts": {}, "in_flight": None, "summary": "", "violations": [],
+        "answers": {}, "agent_asked": [], "agent_answers": {}, "results": {}, "attempts": {}, "in_flight": None, "summary": "", "violations": [],
         "artifacts": {}, "open_patches": {}, "records": {}, "measurements": 0, "created_at": "",
         "updated_at": "", "last_seq": -1, "chain_head": GENESIS_HASH,
     }

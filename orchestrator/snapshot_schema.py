@@ -34,6 +34,11 @@ class RunSnapshot(BaseModel):
     issues: list[dict[str, Any]] = Field(default_factory=list)
     """What the agent must fix before the current phase can pass."""
     answers: dict[str, Any] = Field(default_factory=dict)
+    """Answers to the workflow's questions (the phases read these)."""
+    agent_asked: list[str] = Field(default_factory=list)
+    """Keys of pending questions an agent asked (escalate)."""
+    agent_answers: dict[str, Any] = Field(default_factory=dict)
+    """Answers to questions an agent asked: kept apart, so they never answer a workflow question."""
     results: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Latest completed ``data`` of each phase."""
     attempts: dict[str, int] = Field(default_factory=dict)

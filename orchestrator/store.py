@@ -1,27 +1,35 @@
 """The run directory: the only code that opens events.jsonl, run.json and artifacts/.
 
 Layout: ``<state>/runs/<run_id>/{events.jsonl, run.json, artifacts/, .lock}``.
-Writers hold the run's file lock (``RunStore.open_run``); readers never take it.
-Each event is written and fsynced before the engine acts on it; run.json is rewritten
-atomically (temp file, fsync, rename) when a writer flushes or closes. A reader that
-finds run.json behind the log replays the log, so a crash between the two loses nothing.
+Writers hold the run's file lock (``RunStore.open_run``), which verifies the log first
+(``orchestrator.verify``); readers never take it and never verify. Each write signs the new
+head outside the state dir (``orchestrator.anchor``), then appends and fsyncs its lines
+before the engine acts on them; run.json is rewritten atomically (temp file, fsync, rename)
+when a writer flushes or closes. A reader that finds run.json behind the log replays the
+log, so a crash between the two loses nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
+import re
 import secrets
+import signal
 import tempfile
+import threading
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
+from orchestrator.anchor import AnchorWriter, Head
 from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION, chain_hash
 from orchestrator.errors import RunBusy, RunNotFound, TrailCorrupt, UsageError
 from orchestrator.snapshot import apply_event, empty_state, replay
+from orchestrator.trail_io import last_line, parse_trail
 
 EVENTS = "events.jsonl"
 SNAPSHOT = "run.json"
@@ -59,36 +67,23 @@ def check_artifact_name(name: str) -> str:
     return str(pure)
 
 
-def parse_trail(path: Path) -> list[dict[str, Any]]:
-    """Parse events.jsonl; raise TrailCorrupt naming the line that is truncated or malformed."""
-    if not path.is_file():
-        raise TrailCorrupt(f"{path} is missing: the run's trail is gone; run `orchestrator audit` "
-                           "or restore the file from a backup")
-    raw = path.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        line_no = raw.count(b"\n") + 1
-        raise TrailCorrupt(f"{path} is truncated at line {line_no} (no final newline): "
-                           "the last write did not finish; run `orchestrator audit` for details")
-    events = []
-    for line_no, line in enumerate(raw.splitlines(), start=1):
-        try:
-            events.append(json.loads(line))
-        except ValueError as exc:
-            raise TrailCorrupt(f"{path} line {line_no} is not JSON ({exc}); "
-                               "run `orchestrator audit` for details") from None
-    if not events:
-        raise TrailCorrupt(f"{path} is empty: a run starts with a run_started event")
-    return events
-
-
 class OpenRun:
-    """A run opened for writing. Only ``RunStore.open_run`` makes one (lock held)."""
+    """A run opened for writing. Only ``RunStore.open_run`` makes one (lock held).
 
-    def __init__(self, run_dir: Path, state: dict[str, Any]) -> None:
+    Every write is one group commit: the anchor (``orchestrator.anchor``) first, then the
+    lines in one ``write`` and one fsync. SIGINT/SIGTERM are held off while a write is in
+    progress, so the in-memory state and the log never part.
+    """
+
+    def __init__(self, run_dir: Path, state: dict[str, Any], *, genesis: str | None = None) -> None:
         self.dir = run_dir
         self.run_id = run_dir.name
         self.state = state
-        self._log = open(run_dir / EVENTS, "ab")  # noqa: SIM115 (closed in close())
+        self._genesis = genesis
+        self._durable = Head(seq=state["last_seq"], hash=state["chain_head"]) if state["last_seq"] >= 0 else None
+        self._batch: tuple[list[dict[str, Any]], list[bytes]] | None = None
+        self._anchor: AnchorWriter | None = None
+        self._fd = os.open(run_dir / EVENTS, os.O_WRONLY | os.O_APPEND)
 
     def append(self, data: Any, *, actor: str = "engine", phase: str | None = None) -> dict[str, Any]:
         """Append one event (``data`` is an events.* model), fsync it, fold it into the state."""
@@ -96,28 +91,70 @@ class OpenRun:
 
     def append_many(self, items: list[Any], *, actor: str = "engine", phase: str | None = None) -> list[dict[str, Any]]:
         """Append several events with one fsync (group commit): all are durable on return."""
-        written = [self._write(data, actor=actor, phase=phase) for data in items]
-        self._log.flush()
-        os.fsync(self._log.fileno())
-        return written
+        with signals_held():
+            events, lines = self._stage(items, actor=actor, phase=phase)
+            if self._batch is not None:
+                self._batch[0].extend(events)
+                self._batch[1].extend(lines)
+            else:
+                self._commit(events, lines)
+            for event in events:
+                apply_event(self.state, event)
+        return events
 
-    def _write(self, data: Any, *, actor: str, phase: str | None) -> dict[str, Any]:
-        event = {
-            "schema_version": SCHEMA_VERSION,
-            "seq": self.state["last_seq"] + 1,
-            "ts": utc_now(),
-            "run_id": self.run_id,
-            "type": data.type,
-            "actor": actor,
-            "phase": phase,
-            "data": data.model_dump(mode="json"),
-            "prev_hash": self.state["chain_head"],
-        }
-        event["hash"] = chain_hash(event["prev_hash"], event)
-        self._log.write(json.dumps(event, sort_keys=True, separators=(",", ":"),
-                                   ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n")
-        apply_event(self.state, event)
-        return event
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Events appended inside land in one write, or none does (the state is rolled back)."""
+        if self._batch is not None:
+            yield
+            return
+        saved = copy.deepcopy(self.state)
+        self._batch = ([], [])
+        try:
+            yield
+            events, lines = self._batch
+            if events:
+                with signals_held():
+                    self._commit(events, lines)
+        except BaseException:
+            self.state.clear()
+            self.state.update(saved)
+            raise
+        finally:
+            self._batch = None
+
+    def _stage(self, items: list[Any], *, actor: str, phase: str | None) -> tuple[list[dict[str, Any]], list[bytes]]:
+        seq, prev = self.state["last_seq"], self.state["chain_head"]
+        if self._batch is not None and self._batch[0]:
+            seq, prev = self._batch[0][-1]["seq"], self._batch[0][-1]["hash"]
+        events, lines = [], []
+        for data in items:
+            seq += 1
+            event = {
+                "schema_version": SCHEMA_VERSION, "seq": seq, "ts": utc_now(), "run_id": self.run_id,
+                "type": data.type, "actor": actor, "phase": phase, "data": data.model_dump(mode="json"),
+                "prev_hash": prev,
+            }
+            event["hash"] = prev = chain_hash(prev, event)
+            try:
+                lines.append(json.dumps(event, sort_keys=True, separators=(",", ":"),
+                                        ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n")
+            except (ValueError, UnicodeEncodeError) as exc:
+                raise UsageError(f"event {data.type} cannot be recorded: {exc}") from None
+            events.append(event)
+        return events, lines
+
+    def _commit(self, events: list[dict[str, Any]], lines: list[bytes]) -> None:
+        head = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
+        genesis = self._genesis or events[0]["hash"]
+        if self._anchor is None:
+            self._anchor = AnchorWriter(self.run_id, genesis)
+        self._anchor.write(head, self._durable)
+        blob = memoryview(b"".join(lines))
+        while blob:
+            blob = blob[os.write(self._fd, blob):]
+        os.fsync(self._fd)
+        self._genesis, self._durable = genesis, head
 
     def write_artifact_file(self, name: str, content: str | bytes) -> tuple[str, str, int]:
         """Write artifacts/<name> atomically; returns (name, sha256, size). Records nothing."""
@@ -136,8 +173,26 @@ class OpenRun:
         atomic_write(self.dir / SNAPSHOT, json.dumps(self.state, indent=1, sort_keys=True).encode())
 
     def close(self) -> None:
-        self.flush()
-        self._log.close()
+        try:
+            self.flush()
+        finally:
+            os.close(self._fd)
+            if self._anchor is not None:
+                self._anchor.close()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Delay SIGINT/SIGTERM (their Python handlers run after the block, never inside it)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 class RunStore:
@@ -146,6 +201,18 @@ class RunStore:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir).absolute()
         self.runs_dir = self.state_dir / "runs"
+        self._local = threading.local()
+
+    def check_writable(self) -> None:
+        """Refuse early when the state dir could not be made or written; creates nothing."""
+        probe = self.runs_dir
+        while not probe.exists():
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+            raise UsageError(f"state dir {self.state_dir} is not writable ({probe} is not a writable directory); "
+                             "pass --state-dir or set ORCHESTRATOR_STATE_DIR")
 
     def ensure_writable(self) -> None:
         """Create the state dir if needed; refuse with a clear message when it cannot be written."""
@@ -158,8 +225,9 @@ class RunStore:
                              "pass --state-dir or set ORCHESTRATOR_STATE_DIR") from None
 
     def run_dir(self, run_id: str) -> Path:
-        if not run_id or "/" in run_id or run_id.startswith("."):
-            raise RunNotFound(f"no run {run_id!r} in {self.runs_dir}")
+        if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+            shown = run_id if len(str(run_id)) <= 80 else f"{str(run_id)[:80]}..."
+            raise RunNotFound(f"no run {shown!r}: run ids are 1-200 letters, digits, '.', '_' or '-'")
         path = self.runs_dir / run_id
         if not path.is_dir():
             raise RunNotFound(f"no run {run_id!r} in {self.runs_dir}; `orchestrator list` shows the runs")
@@ -184,47 +252,66 @@ class RunStore:
             raise
 
     @contextlib.contextmanager
-    def open_run(self, run_id: str) -> Iterator[OpenRun]:
-        """Lock the run (or raise RunBusy at once), load its state, flush on exit."""
+    def open_run(self, run_id: str, *, wait_s: float = 0.0) -> Iterator[OpenRun]:
+        """Lock the run (RunBusy after ``wait_s``), verify its trail, yield it, flush on exit.
+
+        Re-entrant within a thread: an agent tool call holds the run while the engine code it
+        calls opens it again, so the call and its record land under one lock.
+        """
         import filelock
 
+        from orchestrator.verify import open_verified
+
+        held = self._held()
+        if run_id in held:
+            yield held[run_id]
+            return
         run_dir = self.run_dir(run_id)
-        lock = filelock.FileLock(run_dir / ".lock", timeout=0)
+        lock = filelock.FileLock(run_dir / ".lock", timeout=wait_s)
         try:
             lock.acquire()
         except filelock.Timeout:
             raise RunBusy(f"run {run_id} is busy: another orchestrator process is changing it; "
                           "wait for it to finish (reads such as status never block)") from None
         try:
-            run = OpenRun(run_dir, self._load_state(run_dir))
+            run = open_verified(run_dir)
+            held[run_id] = run
             try:
                 yield run
             finally:
+                held.pop(run_id, None)
                 run.close()
         finally:
             lock.release()
 
-    def _load_state(self, run_dir: Path) -> dict[str, Any]:
-        events = parse_trail(run_dir / EVENTS)
-        head = events[-1]
-        try:
-            state = json.loads((run_dir / SNAPSHOT).read_text())
-        except (OSError, ValueError):
-            state = None
-        if state and state.get("last_seq") == head["seq"] and state.get("chain_head") == head["hash"]:
-            return state
-        return replay(events, run_id=run_dir.name)
+    def _held(self) -> dict[str, OpenRun]:
+        if not hasattr(self._local, "held"):
+            self._local.held = {}
+        return self._local.held
 
     def read_state(self, run_id: str) -> dict[str, Any]:
-        """The run's snapshot without locking: run.json when current, else a replay of the log."""
+        """The run's snapshot without locking: run.json when it is at the log's head, else a replay."""
         run_dir = self.run_dir(run_id)
         try:
-            state = json.loads((run_dir / SNAPSHOT).read_text())
+            state = json.loads((run_dir / SNAPSHOT).read_bytes())
         except (OSError, ValueError):
+            state = None
+        line = last_line(run_dir / EVENTS)
+        if line is None:
+            raise TrailCorrupt(f"{run_dir / EVENTS} has no complete event; run `orchestrator audit {run_id}`")
+        try:
+            head = json.loads(line)
+            current = isinstance(state, dict) and (state.get("last_seq"), state.get("chain_head")) == (
+                head["seq"], head["hash"])
+        except (ValueError, KeyError, TypeError):
+            raise TrailCorrupt(f"{run_dir / EVENTS} has a malformed last line; "
+                               f"run `orchestrator audit {run_id}`") from None
+        if current:
+            return state
+        try:
             return replay(parse_trail(run_dir / EVENTS), run_id=run_id)
-        if self._log_head_seq(run_dir) != state.get("last_seq"):
-            return replay(parse_trail(run_dir / EVENTS), run_id=run_id)
-        return state
+        except (KeyError, TypeError, AttributeError):
+            raise TrailCorrupt(f"{run_dir / EVENTS} does not replay; run `orchestrator audit {run_id}`") from None
 
     def read_events(self, run_id: str) -> list[dict[str, Any]]:
         return parse_trail(self.run_dir(run_id) / EVENTS)
@@ -242,25 +329,6 @@ class RunStore:
         if not self.runs_dir.is_dir():
             return []
         return sorted(p.name for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-    @staticmethod
-    def _log_head_seq(run_dir: Path) -> int | None:
-        """Seq of the last complete line, reading only the file's tail."""
-        path = run_dir / EVENTS
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - 65536))
-                tail = handle.read()
-        except OSError:
-            raise TrailCorrupt(f"{path} is missing: the run's trail is gone") from None
-        if not tail.endswith(b"\n"):
-            raise TrailCorrupt(f"{path} is truncated (no final newline); run `orchestrator audit`")
-        try:
-            return int(json.loads(tail.splitlines()[-1])["seq"])
-        except (ValueError, KeyError, IndexError):
-            raise TrailCorrupt(f"{path} has a malformed last line; run `orchestrator audit`") from None
 
 
 __all__ = ["GENESIS_HASH", "OpenRun", "RunStore", "atomic_write", "new_run_id", "parse_trail", "utc_now"]

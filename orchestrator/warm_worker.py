@@ -81,10 +81,16 @@ def _answer_one(conn: socket.socket, imported: dict[str, str], root: str) -> Non
 
 
 def _child(call: dict, log_fd: int, imported: dict[str, str], root: str) -> int:
-    os.setsid()
+    import signal
+
+    from orchestrator import worker_main
     from orchestrator.worker import _die_with_parent
 
-    _die_with_parent()  # a child outlives neither its server nor, through it, the engine
+    os.setsid()
+    # As worker_main's supervisor does: when the server (and so the engine) dies, SIGTERM
+    # arrives and the child's whole group goes, grandchildren included.
+    signal.signal(signal.SIGTERM, worker_main._kill_group)
+    _die_with_parent()
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     target = Path(call["target"])
@@ -95,8 +101,6 @@ def _child(call: dict, log_fd: int, imported: dict[str, str], root: str) -> int:
     os.chdir(target)
     sys.path.insert(0, str(target))
     repoint_packages(root, str(target))
-    from orchestrator import worker_main
-
     try:
         return worker_main.main([call["func"], call["request"], call["answer"]])
     except BaseException:  # noqa: BLE001 - print it like an interpreter would, then exit non-zero

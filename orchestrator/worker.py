@@ -51,6 +51,7 @@ def worker_env(target: Path, extra_paths: tuple[str, ...] = ()) -> dict[str, str
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
+    env["ORCHESTRATOR_ENGINE_PID"] = str(os.getpid())
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     return env
@@ -76,10 +77,14 @@ def run_worker(
             if warm is not None:
                 return _finish(func, warm, answer_path=answer_path, seconds=time.monotonic() - started)
         command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]
-        child = subprocess.Popen(
-            command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-        )
+        try:
+            child = subprocess.Popen(
+                command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            return WorkerRun(answer=None, status="failed", returncode=None, seconds=0.0,
+                             log=f"FAILED {func}: cannot start {python!r} in {target}: {exc.strerror}\n".encode())
         log = bytearray()
         reader = threading.Thread(target=_pump, args=(child, log, on_progress), daemon=True)
         reader.start()
@@ -88,8 +93,10 @@ def run_worker(
             child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             status = "timeout"
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+            _kill_group(child)
+        except BaseException:  # Ctrl-C, SIGTERM: the worker and everything it started go too
+            _kill_group(child)
+            raise
         reader.join(timeout=10)
         return _finish(func, (child.returncode, status, bytes(log)), answer_path=answer_path,
                        seconds=time.monotonic() - started)
@@ -105,12 +112,22 @@ def _finish(func: str, ended: tuple[int | None, str, bytes], *, answer_path: Pat
     return WorkerRun(answer=answer, status=status, returncode=returncode, seconds=seconds, log=log)
 
 
+def _kill_group(child: subprocess.Popen) -> None:
+    """SIGKILL the worker's process group (its own session: the worker and all it started)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
 def _die_with_parent() -> None:
-    """Linux: the worker gets SIGKILL when the engine dies, so no orphan keeps working."""
+    """Linux: the worker gets SIGTERM when the engine dies (even by SIGKILL); worker_main's
+    supervisor then kills the worker's whole process group, grandchildren included."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 

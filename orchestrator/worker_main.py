@@ -4,6 +4,11 @@ Imports ``FUNC`` ("pkg.mod:fn") from the worker's sys.path (the target checkout 
 calls it with the JSON request read from IN, and writes the JSON answer to OUT. The
 answer file appears only when the function returned (atomic rename), so a worker that
 dies leaves no answer and the engine records it as FAILED. Standard library only.
+
+The process the engine starts is a small supervisor (the leader of the worker's own process
+group): it forks the child that does the work and waits. When the engine dies, even by
+SIGKILL, the kernel sends the supervisor SIGTERM (PR_SET_PDEATHSIG, set by the engine), and
+the supervisor SIGKILLs the whole group, so no child or grandchild keeps working.
 """
 
 from __future__ import annotations
@@ -32,5 +37,46 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def supervise() -> None:
+    """Fork; the parent stays behind as the group's supervisor and exits as its child did."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _kill_group)
+    expected_parent = os.environ.get("ORCHESTRATOR_ENGINE_PID")
+    if expected_parent and os.getppid() != int(expected_parent):
+        _kill_group()  # the engine died before the death signal was armed
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _set_death_signal(signal.SIGKILL)
+        if os.getppid() == 1:
+            os._exit(1)
+        return
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):  # die the same way, so the engine sees the child's signal
+        signum = os.WTERMSIG(status)
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def _kill_group(*_args: object) -> None:
+    import signal
+
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _set_death_signal(signum: int) -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 if __name__ == "__main__":
+    if os.getpgrp() == os.getpid():  # started by the engine in its own session
+        supervise()
     sys.exit(main(sys.argv[1:]))

@@ -92,6 +92,8 @@ class PhaseSpec:
         allowed_paths: path prefixes (relative to the target) an agent may edit while the
             run waits in this phase; empty means no edits at all.
         agent_notes: the skill's rules for this phase, written for an agent to read.
+        results: "module:function" that turns a directory of results run elsewhere into a
+            ``phase_api.HandBack`` (``orchestrator resume RUN --results DIR``); "" = none taken.
     """
 
     name: str
@@ -102,6 +104,7 @@ class PhaseSpec:
     timeout_s: float = 1800.0
     allowed_paths: tuple[str, ...] = ()
     agent_notes: str = ""
+    results: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +124,8 @@ class Workflow:
     frozen: tuple[str, ...] = ()
     """Paths (prefixes) no agent tool may edit; the workflow's guards re-check them from git."""
     patches: PatchPolicy | None = None
+    human_options: tuple[str, ...] = ()
+    """Start options only a person may give: they answer human-only questions (agents' starts refuse them)."""
     templates_package: str = "phases"
     modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)
 
@@ -159,6 +164,8 @@ class Workflow:
                     problems.append(f"phase {spec.name!r}: route {label!r} leads to unknown phase {dest!r}")
         reachable = self._reachable()
         problems += [f"phase {n!r} unreachable" for n in names if n not in reachable]
+        fields = getattr(self.options, "model_fields", {})
+        problems += [f"human option {o!r} is not an option" for o in self.human_options if o not in fields]
         return problems
 
     def _reachable(self) -> set[str]:
@@ -183,6 +190,8 @@ class Workflow:
             if not callable(getattr(module, "run", None)):
                 problems.append(f"phase {spec.name!r}: {spec.module} has no run(ctx)")
             self.modules[spec.name] = module
+            if spec.results and not callable(resolve_ref(spec.results, problems)):
+                problems.append(f"phase {spec.name!r}: results hook {spec.results!r} is not a function")
         return problems
 
     def mermaid(self) -> str:
@@ -198,6 +207,17 @@ class Workflow:
                 lines.append(f"  {spec.name} -->|{label}| {dest}")
             lines.append(f"  {spec.name} -.->|needs agent / human / failed| {spec.name}")
         return "\n".join(lines) + "\n"
+
+
+def resolve_ref(ref: str, problems: list[str] | None = None) -> Any:
+    """The object named by "module:attr" (None, with a problem noted, if it cannot be imported)."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr, None)
+    except ImportError as exc:
+        if problems is not None:
+            problems.append(f"cannot import {module_name} ({exc})")
+        return None
 
 
 BUILTIN_WORKFLOWS = {
@@ -224,7 +244,11 @@ def load_workflow(name: str) -> Workflow:
     if name not in refs:
         raise UsageError(f"unknown workflow {name!r}; known: {', '.join(sorted(refs))}")
     module_name, _, attr = refs[name].partition(":")
-    workflow = getattr(importlib.import_module(module_name), attr)
+    try:
+        workflow = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        raise UsageError(f"workflow {name!r} = {refs[name]!r} cannot be loaded ({type(exc).__name__}: {exc}); "
+                         "fix ORCHESTRATOR_WORKFLOWS (name=module:attribute)") from None
     if not isinstance(workflow, Workflow):
         raise UsageError(f"{refs[name]} is not a Workflow")
     return workflow

@@ -29,6 +29,7 @@ def isolation(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ.update(
         NO_COLOR="1", COLUMNS="80", GIT_CONFIG_GLOBAL=str(gitconfig), GIT_CONFIG_NOSYSTEM="1",
         ORCHESTRATOR_WORKFLOWS=TOY, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+        ORCHESTRATOR_ANCHOR_DIR=str(home / "anchors"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
     os.environ.pop("ORCHESTRATOR_STATE_DIR", None)

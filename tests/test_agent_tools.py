@@ -46,8 +46,10 @@ class Caller:
 
 
 def run_to_fix(caller: Caller, target: Path) -> str:
-    """Start the agent toy with the color given, advance through work: the run waits in fix."""
-    run_id = caller("start_run", workflow="agenttoy", options={"target": str(target), "color": "red"}).data["run_id"]
+    """A person starts the agent toy with the color given (human-only); the agent advances it to fix."""
+    from orchestrator import engine
+
+    run_id = engine.start("agenttoy", {"target": str(target), "color": "red"}, store=caller.store).run_id
     for _ in range(3):
         result = caller("advance", run_id=run_id)
     assert result.data["phase"] == "fix" and result.data["awaiting"] == "agent", result.message

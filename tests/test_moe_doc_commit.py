@@ -29,7 +29,8 @@ class Ctx:
         self.options = {"model_id": "Qwen/Qwen3-30B-A3B"}
         self.results = {"probe": PROBE, "numerics": {"verdict": verdict},
                         "synthetic_config": {"entry": {"hidden_size": 2048, "moe_intermediate_size": 768}},
-                        "parallelism": {"torchrun": [{"name": "FSDP", "status": "SKIPPED"}],
+                        "parallelism": {"rows": [{"config": "FSDP-1gpu", "world_size": 1, "status": "UNRUN",
+                                                  "root_cause": ""}],
                                         "build_check": [{"world_size": 2, "status": "PASS"}]},
                         "preflight": {"branch": "main"}}
         self.artifacts: dict[str, str] = {}

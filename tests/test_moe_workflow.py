@@ -39,7 +39,27 @@ def events(state_dir: Path, run_id: str) -> list[dict]:
 def qwen_run(moe_state: Path) -> dict:
     code, status = run_json("run", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--branch", "new",
                             "--commit", "auto", state_dir=moe_state)
-    return {"code": code, "status": status}
+    waiting = status
+    if code == 3 and [q["key"] for q in status["pending"]] == ["unrun_rows"]:
+        code, status = run_json("resume", status["run_id"], "--answer", "unrun_rows=accept", state_dir=moe_state)
+    return {"code": code, "status": status, "waiting": waiting}
+
+
+def test_rows_this_machine_cannot_run_wait_for_a_human_and_stay_unrun(qwen_run, moe_state):
+    """No GPU here: the 1-GPU FSDP row is UNRUN (never PASS, never dropped) until a human accepts or hands back."""
+    waiting = qwen_run["waiting"]
+    if waiting["phase"] != "parallelism":
+        pytest.skip("GPUs are visible: every row ran")
+    assert waiting["awaiting"] == "human" and "sbatch.sh" in waiting["pending"][0]["prompt"]
+    artifacts = moe_state / "runs" / waiting["run_id"] / "artifacts"
+    rows = {r["config"]: r for r in json.loads((artifacts / "parallelism.json").read_text())["rows"]}
+    assert rows["FSDP-1gpu"]["status"] == "UNRUN" and rows["FSDP-1gpu"]["error"].startswith("needs 1 GPU(s)")
+    for config in ("FSDP", "FSDP+EP", "FSDP+TP+EP"):
+        assert rows[config]["status"] in ("UNRUN", "FAIL") and not rows[config]["ran"], rows[config]
+    assert (artifacts / "parallelism" / "sbatch.sh").read_text().startswith("#!/bin/bash")
+    feedback = [e["data"]["text"] for e in events(moe_state, waiting["run_id"])
+                if e["type"] == "note_added" and e["data"]["kind"] == "skill_feedback"]
+    assert any("torchrun's --module is its own flag" in text for text in feedback)
 
 
 def test_qwen3_runs_to_a_commit_inside_the_experiment_folder(qwen_run, moe_state):

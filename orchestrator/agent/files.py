@@ -120,9 +120,10 @@ def write_text(scope: Scope, path: str, content: str) -> dict[str, object]:
     resolved, relative = check_writable(scope, path)
     if resolved.is_dir():
         raise ScopeRefused(f"{relative!r} is a directory; name a file")
+    blob = content.encode("utf-8")  # before anything is touched: a bad value writes nothing
     resolved.parent.mkdir(parents=True, exist_ok=True)
     existed = resolved.exists()
-    resolved.write_text(content, encoding="utf-8")
+    resolved.write_bytes(blob)
     return {"path": relative, "created": not existed, "chars": len(content)}
 
 
@@ -137,9 +138,25 @@ def apply_unified_diff(scope: Scope, diff: str) -> dict[str, object]:
         raise ScopeRefused("git found no file changes in the diff; send a unified diff (--- a/x, +++ b/x, @@ hunks)")
     for path in paths:
         check_writable(scope, path)
+    _refuse_links_and_modes(diff)
     _git_apply(scope.target, diff, "--check")
     _git_apply(scope.target, diff)
     return {"paths": paths}
+
+
+def _refuse_links_and_modes(diff: str) -> None:
+    """A diff may change file contents only: no symlink (mode 120000), gitlink or mode change.
+
+    A link is checked where it lies, not where it points, so one made under an allowed path
+    could lead anywhere; ``write_text`` cannot make links at all.
+    """
+    for line in diff.splitlines():
+        if line.startswith(("new file mode ", "deleted file mode ", "old mode ", "new mode ", "index ")):
+            if "120000" in line or "160000" in line:
+                raise ScopeRefused("the diff creates or changes a symlink or submodule; agents may change "
+                                   "file contents only")
+            if line.startswith(("old mode ", "new mode ")):
+                raise ScopeRefused("the diff changes a file mode; agents may change file contents only")
 
 
 def _git_apply(target: Path, diff: str, *flags: str) -> str:

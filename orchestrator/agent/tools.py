@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -45,10 +46,19 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ApplyDiffArgs,
     Status,
 )
+from orchestrator.agent.views import clip as _clip
+from orchestrator.agent.views import next_steps as _next_steps
+from orchestrator.agent.views import state_result
+from orchestrator.agent.views import why_waiting as _why_waiting
 from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageError
 
 log = logging.getLogger("orchestrator.agent")
 MAX_RECORDED_CHARS = 2000
+BUSY_WAIT_S = float(os.environ.get("ORCHESTRATOR_BUSY_WAIT_S", "10"))
+"""How long an acting tool waits for a run another process holds before it is refused as busy."""
+ACTING = frozenset({"advance", "answer", "submit_patch", "revert_patches", "submit_candidate", "note", "escalate",
+                    "write_file", "apply_diff"})
+"""Tools that change a run or its target: each runs and is recorded under the run's lock."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,13 +97,33 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
     The call is recorded on the run named by ``run_id`` (for start_run: the new run); calls
     that name no existing run (list_runs, a bad id) have no trail to go to.
     """
-    result = _dispatch(name, arguments, env=ToolEnv(store=store, call_id=call_id, progress=progress))
+    env = ToolEnv(store=store, call_id=call_id, progress=progress)
     run_id = arguments.get("run_id") if isinstance(arguments.get("run_id"), str) else None
+    if name in ACTING and run_id:
+        return _act_recorded(name, arguments, run_id=run_id, env=env)
+    result = _dispatch(name, arguments, env=env)
     if name == "start_run":
         run_id = result.data.get("run_id")
     if run_id:
         record_action(store, run_id, tool=name, call_id=call_id, arguments=arguments, outcome=result.outcome())
     return result
+
+
+def _act_recorded(name: str, arguments: dict[str, Any], *, run_id: str, env: ToolEnv) -> ToolResult:
+    """Hold the run's lock across the action and its record: recorded, or refused as busy before acting."""
+    from orchestrator import events as ev
+    from orchestrator.errors import RunNotFound
+
+    try:
+        with env.store.open_run(run_id, wait_s=BUSY_WAIT_S) as run:
+            result = _dispatch(name, arguments, env=env)
+            run.append(ev.AgentActed(tool=name, call_id=env.call_id, arguments=_recordable(arguments),
+                                     outcome=result.outcome()[:1000]), actor="agent", phase=run.state["phase"] or None)
+            return result
+    except (RunBusy, RunNotFound) as exc:
+        return ToolResult(status="refused", message=f"{exc.message}; nothing was done", data={"code": exc.code})
+    except OrchestratorError as exc:  # a trail the engine will not act on
+        return ToolResult(status="error", message=exc.message, data={"code": exc.code})
 
 
 def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResult:
@@ -104,6 +134,8 @@ def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResu
         return spec.handler(spec.args.model_validate(arguments), env)
     except ValidationError as exc:
         return ToolResult(status="refused", message=f"bad arguments for {name}: " + _errors(exc))
+    except UnicodeError:
+        return ToolResult(status="refused", message=f"bad arguments for {name}: a value is not valid UTF-8 text")
     except OrchestratorError as exc:
         status: Status = "refused" if isinstance(exc, UsageError) and not isinstance(exc, RunBusy) else "error"
         return ToolResult(status=status, message=exc.message, data={"code": exc.code})
@@ -139,7 +171,8 @@ def _recordable(arguments: dict[str, Any]) -> dict[str, Any]:
             digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
             value = {"chars": len(value), "sha256": digest, "head": value[:200]}
         out[key] = value
-    return json.loads(json.dumps(out, default=str))
+    text = json.dumps(out, default=str, ensure_ascii=False)
+    return json.loads(text.encode("utf-8", "replace").decode("utf-8"))  # lone surrogates become "?"
 
 
 def _errors(exc: ValidationError) -> str:
@@ -147,27 +180,6 @@ def _errors(exc: ValidationError) -> str:
 
 
 # --- views -------------------------------------------------------------------------------
-
-
-def state_result(state: dict[str, Any], *, exit_code: int | None = None, messages: tuple[str, ...] = (),
-                 lead: str = "") -> ToolResult:
-    """A run's status view as a tool result; waiting_for_human when a person must act next."""
-    from orchestrator.engine import exit_code_for
-    from orchestrator.render import status_view
-
-    view = status_view(state)
-    code = exit_code_for(state) if exit_code is None else exit_code
-    line = f"run {state['run_id']}: phase {state['phase']}, status {state['status']}"
-    if state.get("awaiting"):
-        line += f", waiting for {state['awaiting']}"
-    if state.get("summary"):
-        line += f" ({state['summary']})"
-    parts = [p for p in (lead, line, *messages) if p]
-    status: Status = "ok"
-    if state.get("awaiting") == "human" and state["status"] not in ("done", "aborted"):
-        status = "waiting_for_human"
-        parts.append("a person must answer with `orchestrator resume`; stop working on this run")
-    return ToolResult(status=status, message="; ".join(parts), data={**view, "exit_code": code})
 
 
 def _scope(state: dict[str, Any]) -> files.Scope:
@@ -213,7 +225,7 @@ class FeatureUnavailable(OrchestratorError):
 def start_run(args: StartRunArgs, env: ToolEnv) -> ToolResult:
     from orchestrator import engine
 
-    outcome = engine.start(args.workflow, args.options, store=env.store)
+    outcome = engine.start(args.workflow, args.options, store=env.store, actor="agent")
     return state_result(outcome.state, lead=f"started run {outcome.run_id}; call explain, then advance")
 
 
@@ -330,6 +342,7 @@ def note(args: NoteArgs, env: ToolEnv) -> ToolResult:
 
 def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
     from orchestrator import events as ev
+    from orchestrator.workflow import load_workflow
 
     with env.store.open_run(args.run_id) as run:
         if run.state["status"] in ("done", "aborted"):
@@ -337,6 +350,9 @@ def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
         key = args.key or f"agent_question_{run.state['last_seq'] + 1}"
         if any(q["key"] == key for q in run.state["pending"]):
             raise UsageError(f"a question {key!r} is already pending; pick another key")
+        if key in run.state["answers"] or key in load_workflow(run.state["workflow"]).human_options:
+            raise UsageError(f"{key!r} is a question of the workflow itself (only a person answers it, when the "
+                             "workflow asks); pick another key for your own question")
         run.append(ev.QuestionAsked(key=key, prompt=args.question, choices=args.choices or None, human_only=True),
                    actor="agent", phase=run.state["phase"])
         return state_result(run.state, lead=f"question {key!r} posted for a human")
@@ -369,45 +385,6 @@ def _feature(module: str, attr: str, *, tool: str, store: Any, run_id: str) -> C
     workflow = store.read_state(run_id)["workflow"]
     raise FeatureUnavailable(f"{tool} is not available for this run's workflow ({workflow}): "
                              f"{module}.{attr} is not part of this orchestrator install")
-
-
-def _why_waiting(state: dict[str, Any]) -> str:
-    if state["status"] in ("done", "aborted"):
-        return f"the run is {state['status']}: {state['summary']}"
-    if state["violations"]:
-        return "a rule is broken: " + "; ".join(f"{v['guard']}: {v['message']}" for v in state["violations"])
-    if state["awaiting"] == "human":
-        return "waiting for a human to answer: " + ", ".join(q["key"] for q in state["pending"])
-    if state["awaiting"] == "agent":
-        codes = ", ".join(i["code"] for i in state["issues"]) or "see pending questions"
-        return f"phase {state['phase']} needs the agent: {codes}"
-    if state["status"] == "failed":
-        return f"phase {state['phase']} failed: {state['summary']}"
-    return f"phase {state['phase']} is ready to run; call advance"
-
-
-def _next_steps(state: dict[str, Any], spec: Any) -> list[str]:
-    if state["status"] in ("done", "aborted"):
-        return ["nothing: the run is finished"]
-    if state["awaiting"] == "human":
-        return ["stop: a person answers with `orchestrator resume`", "you may add a note for them"]
-    steps = []
-    if state["violations"]:
-        steps.append("undo the edits the rule names (write_file / apply_diff the original back), then advance")
-    for issue in state["issues"]:
-        where = f" in {issue['fix_location']}" if issue.get("fix_location") else ""
-        steps.append(f"fix {issue['code']}{where}")
-    if state["issues"] and spec is not None and not spec.allowed_paths:
-        steps.append("this phase allows no edits: escalate if a code change is needed")
-    steps.append("call advance to re-run the phase")
-    return steps
-
-
-def _clip(value: Any, limit: int = 8000) -> Any:
-    text = json.dumps(value, sort_keys=True, default=str)
-    if len(text) <= limit:
-        return value
-    return {"truncated": True, "json_head": text[:limit], "hint": "read the phase's artifacts for the full findings"}
 
 
 _SPECS = [

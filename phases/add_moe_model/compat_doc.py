@@ -32,17 +32,27 @@ def run(ctx: PhaseContext) -> PhaseResult:
 def collect_values(results: dict[str, Any], *, model_id: str) -> dict[str, Any]:
     probe, verdict = results["probe"], results["numerics"]["verdict"]
     parallel = results.get("parallelism", {})
-    torchrun = {r["name"]: r["status"] for r in parallel.get("torchrun", [])}
+    rows = {r["config"]: r for r in parallel.get("rows", [])}
     build = parallel.get("build_check", [])
     core = [i for i in probe.get("issues", []) if i.get("severity") in ("core", "blocker")]
     return {
         "name": model_id.split("/")[-1].removeprefix("type:"), "model_type": probe["model_type"],
         "status": verdict["status"], "kl": verdict["kl"], "max_diff": verdict["max_diff"],
         "cos_sim": verdict["cos_sim"], "roundtrip": verdict["roundtrip"]["status"],
-        "fsdp": torchrun.get("FSDP", "not run"), "fsdp_ep": torchrun.get("FSDP+EP", "not run"),
+        "fsdp": " / ".join(row_verdict(rows.get(c)) for c in ("FSDP-1gpu", "FSDP")),
+        "fsdp_ep": row_verdict(rows.get("FSDP+EP")),
         "build_check": "/".join(f"{r['world_size']}:{r['status']}" for r in build) or "not run",
         "probe": probe, "core_issues": core, "gap_rows": results.get("gap_analysis", {}).get("rows", []),
     }
+
+
+def row_verdict(row: dict[str, Any] | None) -> str:
+    """"PASS (1 GPU)", "FAIL (2 GPUs, torch)", "UNRUN (1 GPU)" or "not run"."""
+    if row is None:
+        return "not run"
+    gpus = f"{row['world_size']} GPU" + ("s" if row["world_size"] > 1 else "")
+    cause = ", torch" if row["status"] == "FAIL" and row["root_cause"].startswith("torch") else ""
+    return f"{row['status']} ({gpus}{cause})"
 
 
 def update_doc(text: str, values: dict[str, Any], *, render: Any) -> str:

@@ -1,83 +1,214 @@
-"""Phase 4: parallelism (skill A.5).
+"""Phase 4: parallelism (skill A.5): the torchrun matrix, run where it can, every row accounted for.
 
-Always: the sharding build check at world sizes 2, 4 and 8 on meta tensors with a fake
-process group, through the target's own swap and ``_assert_all_states_sharded``. With GPUs
-(``nvidia-smi -L``): the skill's torchrun matrix (FSDP; FSDP+EP; FSDP+TP+EP when there are
-at least 4 GPUs), each row PASS or FAIL with its error excerpt. With no GPU every torchrun
-row is recorded as SKIPPED with that reason, never as PASS. A SLURM script for the same
-matrix is rendered for users who outgrow one node.
+1. The sharding build check at world sizes 2, 4 and 8 on meta with a fake process group
+   (``work/build_check``): a module without a sharding config is the agent's to fix.
+2. The trainer's inputs, made locally (``work/trainer_assets``): the synthetic config as a
+   local HF directory, a small tokenizer and a c4_test-like data set, kept as artifacts under
+   ``trainer/``; the same worker reports the torch compat pieces this environment needs and
+   whether its FSDP can shard at world size > 1 (both recorded as notes).
+3. Each row of ``parallel_matrix.matrix`` (``config, world_size, tp, ep, command, status,
+   error, root_cause, log``), in ``artifacts/parallelism.json`` and the report ``parallelism.md``:
+   - runs when the visible GPUs allow it: PASS on exit 0, else FAIL with the log's error
+     and a diagnosed root cause (an undiagnosed or experiment-code cause is the agent's);
+   - cannot run here and the torch probe already fails: FAIL with the torch root cause;
+   - cannot run here otherwise: UNRUN. Never PASS, never dropped: the phase asks a human to
+     run ``parallelism/sbatch.sh`` elsewhere and hand the logs back
+     (``orchestrator resume RUN --results DIR``, read by ``take_results``), or to accept the
+     unrun rows (``--answer unrun_rows=accept``).
 """
 
 from __future__ import annotations
 
-import shutil
+import json
+import shlex
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from orchestrator.errors import UsageError
+from orchestrator.phase_api import HandBack, Issue, PhaseContext, PhaseResult, Question
+from phases.add_moe_model.parallel_matrix import (
+    Row, TrainerPaths, base_record, matrix, row_from_run, torch_root_cause, trainer_command,
+)
 
 BUILD_CHECK = "phases.add_moe_model.work.build_check:build_check"
-CONFIG = "transformers_modeling_backend_debugmodel_moe"
+ASSETS = "phases.add_moe_model.work.trainer_assets:make_assets"
+SKILL_FEEDBACK = (
+    "Phase 4 commands: `torchrun --nproc-per-node N --module transformers_modeling_backend ...` fails with "
+    "\"No module named transformers_modeling_backend\": torchrun's --module is its own flag (run a module). The "
+    "trainer is `torchrun --nproc-per-node N -m torchtitan.train --module transformers_modeling_backend --config "
+    "transformers_modeling_backend_debugmodel_moe ...`.",
+    "Phase 4 inputs: `--hf_model <hub id>` needs the hub, and the debug config reads ./tests/assets/tokenizer and "
+    "the c4_test data set from a torchtitan source checkout. Offline, or from a wheel: --hf_model LOCAL_CONFIG_DIR "
+    "--hf_assets_path TOKENIZER_DIR --dataloader.dataset_path DATA_DIR.",
+    "Phase 4 sequence length: the debug config's --training.seq_len 2048 exceeds the Phase 2 synthetic config's "
+    "max_position_embeddings 64; pass --training.seq_len 64.",
+)
+ROW_KIND = "parallelism_row"
+ROW_TIMEOUT_S = 600
+QUESTION_KEY = "unrun_rows"
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
     entry = ctx.results["synthetic_config"]["entry"]
-    checks = ctx.call_worker(BUILD_CHECK, {"model_type": entry["model_type"], "config_kwargs": entry},
-                             label="sharding build check")
-    failed = [r for r in checks["results"] if r["status"] != "PASS"]
-    ngpu = count_gpus()
-    rows = [run_torchrun_row(ctx, row, ngpu=ngpu) for row in matrix(ctx.options["model_id"], ngpu=ngpu)]
-    ctx.write_artifact("parallelism/sbatch.sh", ctx.render("sbatch.sh.j2", rows=matrix(ctx.options["model_id"], ngpu=8),
-                                                           model_id=ctx.options["model_id"]))
-    data = {"build_check": checks["results"], "torchrun": rows, "gpus": ngpu}
+    request = {"model_type": entry["model_type"], "config_kwargs": entry}
+    checks = ctx.call_worker(BUILD_CHECK, request, label="sharding build check")["results"]
+    assets = ctx.call_worker(ASSETS, request, label="trainer assets")
+    paths = write_assets(ctx, assets["files"])
+    record_environment(ctx, assets)
+    record_skill_feedback(ctx)
+    ngpu, fsdp = assets["cuda_devices"], assets["fsdp"]
+    python = ctx.options.get("python") or sys.executable
+    handed = handed_back_rows(ctx.state)
+    rows = [handed.get(row.config) or settle_row(ctx, row, paths, python=python, ngpu=ngpu, fsdp=fsdp)
+            for row in matrix(ngpu)]
+    ctx.write_artifact("parallelism.json", json.dumps({"gpus": ngpu, "fsdp": fsdp, "rows": rows}, indent=2) + "\n")
+    ctx.write_artifact("parallelism/sbatch.sh", job_script(ctx, paths, matrix(ngpu), python=python))
+    ctx.write_artifact("parallelism.md", ctx.render("parallelism_report.md.j2", model_id=ctx.options["model_id"],
+                                                    gpus=ngpu, fsdp=fsdp, compat=assets["compat"], rows=rows))
+    data = {"build_check": checks, "rows": rows, "gpus": ngpu, "fsdp": fsdp, "torch_compat": assets["compat"]}
+    return outcome(ctx, data)
+
+
+def write_assets(ctx: PhaseContext, files: dict[str, str]) -> TrainerPaths:
+    for name, text in sorted(files.items()):
+        ctx.write_artifact(f"trainer/{name}", text)
+    root = ctx.artifacts_dir / "trainer"
+    return TrainerPaths(hf_config=str(root / "hf_config"), tokenizer=str(root / "tokenizer"),
+                        dataset=str(root / "c4_test"), dump=str(ctx.artifacts_dir.parent / "trainer_out"))
+
+
+def record_environment(ctx: PhaseContext, assets: dict[str, Any]) -> None:
+    compat, fsdp = assets["compat"], assets["fsdp"]
+    if compat["applied"]:
+        ctx.note(f"torch {compat['torch']}: compat pieces applied before torchtitan was imported: "
+                 + ", ".join(compat["applied"]), kind="torch_compat")
+    ctx.note(f"torch {fsdp['torch']}: FSDP at world size > 1 "
+             + ("works on the probe" if fsdp["ok"] else f"fails on the probe: {fsdp['error']}"), kind="capability")
+
+
+def record_skill_feedback(ctx: PhaseContext) -> None:
+    """What the skill's Phase 4 text gets wrong, once per run (notes) and as ``skill_feedback.md``."""
+    if ctx.attempt <= 1:
+        for line in SKILL_FEEDBACK:
+            ctx.note(line, kind="skill_feedback")
+    ctx.write_artifact("skill_feedback.md", "# Skill feedback (add-moe-model)\n\n"
+                       + "".join(f"- {line}\n" for line in SKILL_FEEDBACK))
+
+
+def settle_row(ctx: PhaseContext, row: Row, paths: TrainerPaths, *, python: str, ngpu: int,
+               fsdp: dict[str, Any]) -> dict[str, Any]:
+    command = trainer_command(row, paths, python=python)
+    shown = shlex.join(command)
+    if row.world_size <= ngpu:
+        return run_row(ctx, row, command, fsdp=fsdp)
+    where = f"needs {row.world_size} GPU(s), this machine has {ngpu}"
+    if row.world_size > 1 and not fsdp["ok"]:
+        return {**base_record(row, shown), "status": "FAIL", "error": f"not run here ({where}); "
+                f"the FSDP probe fails: {fsdp['error']}", "root_cause": torch_root_cause(fsdp), "fixable": False}
+    return {**base_record(row, shown), "status": "UNRUN", "error": where, "root_cause": ""}
+
+
+def run_row(ctx: PhaseContext, row: Row, command: list[str], *, fsdp: dict[str, Any]) -> dict[str, Any]:
+    from orchestrator.worker import worker_env
+
+    ctx.progress(f"torchrun {row.config} on {row.world_size} GPU(s)")
+    try:
+        done = subprocess.run(command, cwd=ctx.target, env=worker_env(ctx.target), capture_output=True, text=True,
+                              timeout=ROW_TIMEOUT_S)
+        returncode, log = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        returncode, log = 124, f"{exc.stdout or ''}{exc.stderr or ''}\nTIMEOUT after {ROW_TIMEOUT_S} s\n"
+    name = ctx.write_artifact(f"parallelism/{row.slug}.log", log)
+    return row_from_run(row, command=shlex.join(command), returncode=returncode, log=log, log_name=name, fsdp=fsdp)
+
+
+def handed_back_rows(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The latest handed-back record of each config (``take_results`` wrote them)."""
+    return {r["config"]: r for r in state.get("records", {}).get(ROW_KIND, [])}
+
+
+def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
+    rows = data["rows"]
+    summary = (f"build check {sum(r['status'] == 'PASS' for r in data['build_check'])}/{len(data['build_check'])} "
+               "PASS; torchrun: " + ", ".join(f"{r['config']} {r['status']}" for r in rows))
     issues = [Issue(code="module_without_sharding_config",
                     message=f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r['error'] or ''} "
                             f"unsharded: {', '.join(r['unsharded_modules']) or '-'}",
                     fix_location="hf_sharding.py (_set_layer_sharding_configs / set_hf_sharding_configs)")
-              for r in failed]
-    issues += [Issue(code="torchrun_failed", message=f"{r['name']}: {r['error']}", fix_location="experiment code")
-               for r in rows if r["status"] == "FAIL"]
-    summary = (f"build check {len(checks['results']) - len(failed)}/{len(checks['results'])} PASS; torchrun: "
-               + ", ".join(f"{r['name']} {r['status']}" for r in rows))
+              for r in data["build_check"] if r["status"] != "PASS"]
+    issues += [Issue(code="torchrun_failed", message=f"{r['config']}: {r['error']} (root cause: {r['root_cause']})",
+                     fix_location="experiment code (see the row's log)")
+               for r in rows if r["status"] == "FAIL" and r.get("fixable")]
     if issues:
         return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=tuple(issues))
+    unrun = [r for r in rows if r["status"] == "UNRUN"]
+    if unrun and ctx.answers.get(QUESTION_KEY) != "accept":
+        return PhaseResult(outcome="needs_human", summary=summary + f"; {len(unrun)} row(s) unrun", data=data,
+                           questions=(unrun_question(ctx.run_id, unrun),))
     return PhaseResult(outcome="passed", summary=summary, data=data)
 
 
-def count_gpus() -> int:
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+def unrun_question(run_id: str, unrun: list[dict[str, Any]]) -> Question:
+    listed = "; ".join(f"{r['config']} ({r['error']})" for r in unrun)
+    return Question(key=QUESTION_KEY, choices=("accept", "handed-back"), prompt=(
+        f"Unrun here: {listed}. Run artifacts/parallelism/sbatch.sh on a machine with enough GPUs, then "
+        f"`orchestrator resume {run_id} --results DIR` (DIR holds its <config>.log and <config>.rc files), "
+        "or accept the rows as unrun with --answer unrun_rows=accept."))
 
 
-def matrix(model_id: str, *, ngpu: int) -> list[dict[str, Any]]:
-    """The skill's three jobs, sized to the GPU count (EP borrows from the FSDP x TP ranks)."""
-    base = ["torchrun", f"--nproc-per-node={max(ngpu, 1)}", "--module", "transformers_modeling_backend",
-            "--config", CONFIG, "--hf_model", model_id, "--training.steps", "2"]
-    ep = max(min(ngpu, 4) // 2, 1)
-    return [
-        {"name": "FSDP", "command": base, "min_gpus": 1},
-        {"name": "FSDP+EP", "command": base + ["--parallelism.data_parallel_shard_degree", "-1",
-                                               "--parallelism.expert_parallel_degree", str(max(ngpu // 2, 1))],
-         "min_gpus": 2},
-        {"name": "FSDP+TP+EP", "command": base + ["--parallelism.data_parallel_shard_degree", "-1",
-                                                  "--parallelism.tensor_parallel_degree", "2",
-                                                  "--parallelism.expert_parallel_degree", str(ep)],
-         "min_gpus": 4},
-    ]
+def job_script(ctx: PhaseContext, paths: TrainerPaths, rows: list[Row], *, python: str) -> str:
+    """The run's rows as one job for one node; paths are variables a user may point elsewhere."""
+    from orchestrator.worker import PROJECT_ROOT
+
+    variables = TrainerPaths(hf_config="$ASSETS/hf_config", tokenizer="$ASSETS/tokenizer", dataset="$ASSETS/c4_test",
+                             dump="$RESULTS/dump")
+    rows = [{"config": r.config, "slug": r.slug, "world_size": r.world_size,
+             "command": shell_words(trainer_command(r, variables, python="$PYTHON"))} for r in rows]
+    return ctx.render("sbatch.sh.j2", rows=rows, gpus=max(r["world_size"] for r in rows),
+                      model_id=ctx.options["model_id"], run_id=ctx.run_id,
+                      assets=str(Path(paths.hf_config).parent), target=str(ctx.target), project=PROJECT_ROOT,
+                      python=python)
 
 
-def run_torchrun_row(ctx: PhaseContext, row: dict[str, Any], *, ngpu: int) -> dict[str, Any]:
-    record = {"name": row["name"], "command": " ".join(row["command"])}
-    if ngpu == 0:
-        return {**record, "status": "SKIPPED", "error": "0 GPUs on this machine (nvidia-smi -L)", "root_cause": ""}
-    if ngpu < row["min_gpus"]:
-        return {**record, "status": "FAIL", "error": f"needs >= {row['min_gpus']} GPUs, this machine has {ngpu}",
-                "root_cause": "hardware"}
-    ctx.progress(f"torchrun {row['name']} on {ngpu} GPU(s)")
-    done = subprocess.run(row["command"], cwd=ctx.target, capture_output=True, text=True, timeout=3600)
-    name = ctx.write_artifact(f"parallelism/{row['name']}.log", done.stdout + done.stderr)
-    tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-    return {**record, "status": "PASS" if done.returncode == 0 else "FAIL", "log": name,
-            "error": "" if done.returncode == 0 else " | ".join(tail), "root_cause": ""}
+def shell_words(command: list[str]) -> str:
+    """A command line for a job script: words naming a ``$VARIABLE`` in double quotes, so it expands."""
+    return " ".join(f'"{word}"' if "$" in word else shlex.quote(word) for word in command)
+
+
+def take_results(state: dict[str, Any], directory: Path) -> HandBack:
+    """``resume --results DIR``: the job script's ``<slug>.log`` / ``<slug>.rc`` pairs become rows."""
+    latest = state["results"].get("parallelism") or {}
+    previous = {r["config"]: r for r in latest.get("rows", [])}
+    if not previous:
+        raise UsageError("the parallelism phase has no rows yet; advance the run first")
+    artifacts, records = {}, []
+    for config, before in previous.items():
+        slug = Row(config=config, world_size=before["world_size"]).slug
+        log_path, rc_path = directory / f"{slug}.log", directory / f"{slug}.rc"
+        if not (log_path.is_file() and rc_path.is_file()):
+            continue
+        returncode = parse_returncode(rc_path)
+        log = log_path.read_text(errors="replace")
+        name = f"parallelism/handed_back/{slug}.log"
+        row = Row(config=config, world_size=before["world_size"], tp=before["tp"], ep=before["ep"])
+        record = row_from_run(row, command=before["command"], returncode=returncode, log=log, log_name=name,
+                              fsdp=None)
+        artifacts[name] = log
+        records.append((ROW_KIND, {**record, "source": f"handed back from {directory}"}))
+    if not records:
+        wanted = ", ".join(f"{Row(config=c, world_size=1).slug}.log/.rc" for c in previous)
+        raise UsageError(f"--results {directory}: no row's log and return code found (looked for {wanted})")
+    pending = {q["key"] for q in state.get("pending", [])}
+    answers = {QUESTION_KEY: "handed-back"} if QUESTION_KEY in pending else {}
+    return HandBack(summary=f"{len(records)} parallelism row(s) handed back from {directory}",
+                    artifacts=artifacts, records=tuple(records), answers=answers)
+
+
+def parse_returncode(path: Path) -> int:
+    text = path.read_text().strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{path}: expected the job's exit status (an integer), found {text[:40]!r}") from None

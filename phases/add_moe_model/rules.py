@@ -11,7 +11,7 @@ from typing import Any
 
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.workflow import Violation
-from phases.add_moe_model.forbidden import check_added_lines_for_forbidden_calls
+from phases.add_moe_model.forbidden import check_files_for_forbidden_calls
 from phases.add_moe_model.workspace import EXP
 
 KL_PASS, KL_WARN = 1e-6, 1e-3
@@ -58,7 +58,7 @@ def forbidden_calls_guard(state: dict[str, Any]) -> Violation | None:
     untracked = [p for p in repo.untracked_files if p.startswith(EXP) and p.endswith(".py")]
     for path in untracked:
         diff += "\n" + repo.git.diff("--no-index", "/dev/null", path, with_exceptions=False)
-    findings = check_added_lines_for_forbidden_calls(diff, scope=EXP)
+    findings = check_files_for_forbidden_calls(diff, repo.working_tree_dir, scope=EXP)
     if not findings:
         return None
     return Violation(message="added lines use calls the skill forbids: " + "; ".join(findings[:5]),
@@ -130,3 +130,22 @@ def frozen_thresholds_guard(state: dict[str, Any]) -> Violation | None:
         return None
     return Violation(message="frozen numerics code changed (thresholds and comparison logic stay as at the base): "
                              + "; ".join(problems), paths=tuple(p for p in FROZEN))
+
+
+def parallelism_rows_accounted(events: list[dict[str, Any]], state: dict[str, Any]) -> list[tuple[int, str]]:
+    """Skill A.5: a passed parallelism phase has every row PASS, FAIL with a root cause, or UNRUN a human accepted."""
+    found, accepted = [], set()
+    for event in events:
+        data = event["data"]
+        if event["type"] == "answer_accepted" and data["key"] == "unrun_rows" and event["actor"] == "human":
+            accepted.add(data["value"])
+        if event["type"] != "phase_completed" or event["phase"] != "parallelism" or data["outcome"] != "passed":
+            continue
+        for row in data["data"].get("rows", []):
+            if row["status"] == "FAIL" and not row.get("root_cause"):
+                found.append((event["seq"], f"{row['config']}: FAIL without a root cause"))
+            elif row["status"] == "UNRUN" and "accept" not in accepted:
+                found.append((event["seq"], f"{row['config']}: UNRUN but no human accepted unrun rows"))
+            elif row["status"] not in ("PASS", "FAIL", "UNRUN"):
+                found.append((event["seq"], f"{row['config']}: status {row['status']!r} (skill: PASS or FAIL)"))
+    return found

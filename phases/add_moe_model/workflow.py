@@ -38,7 +38,7 @@ class Options(BaseModel):
     """``orchestrator start add-moe-model --model MODEL [...]``."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=1024)
     """Registry id (e.g. Qwen/Qwen3-30B-A3B), a config.json or its directory, or type:<model_type>."""
     target: str = "embedded"
     """"embedded" (a workspace made from the installed torchtitan) or a torchtitan git checkout."""
@@ -65,7 +65,8 @@ WORKFLOW = Workflow(
         PhaseSpec(name="gap_analysis", module="phases.add_moe_model.gap_analysis",
                   title="numerical gap analysis (temporary core patches)", agent_notes=NOTES["gap_analysis"]),
         PhaseSpec(name="parallelism", module="phases.add_moe_model.parallelism", title="parallelism checks",
-                  gates=("no_open_patches",), allowed_paths=(EXP,), agent_notes=NOTES["parallelism"]),
+                  gates=("no_open_patches",), allowed_paths=(EXP,), agent_notes=NOTES["parallelism"],
+                  results="phases.add_moe_model.parallelism:take_results"),
         PhaseSpec(name="compat_doc", module="phases.add_moe_model.compat_doc", title="MODEL_COMPATIBILITY.md",
                   gates=("no_open_patches",)),
         PhaseSpec(name="commit", module="phases.add_moe_model.commit", title="lint and commit",
@@ -78,9 +79,11 @@ WORKFLOW = Workflow(
     guards={"scope": rules.scope_guard, "forbidden_calls": rules.forbidden_calls_guard,
             "frozen_thresholds": rules.frozen_thresholds_guard},
     rules={"commit_inside_scope": rules.commit_inside_scope, "no_questions_in_gap_analysis": rules.no_questions_in_gap,
-           "numerics_tier_matches_kl": rules.numerics_tier_matches_kl},
+           "numerics_tier_matches_kl": rules.numerics_tier_matches_kl,
+           "parallelism_rows_accounted": rules.parallelism_rows_accounted},
     scope=(EXP,),
     frozen=rules.FROZEN,
     patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
                         row_kind="gap_row"),
+    human_options=("branch", "commit"),
 )

@@ -87,13 +87,13 @@ def resolve_budget_s(budget: str) -> float:
 
 def prepare(options: LcpOptions, state_dir: str) -> Prepared:
     """Resolve the target into a git checkout and the harness; UsageError (exit 2) on bad input."""
+    bad_per_layer = sorted(set(options.per_layer_tokens) - set(options.tokens))
+    if bad_per_layer:  # refused before the workspace (or its cache) is made
+        raise UsageError(f"--per-layer-tokens {bad_per_layer} are not among --tokens {list(options.tokens)}")
     target, kind = resolve_target(options.target, state_dir=Path(state_dir))
     harness = options.harness or {"embedded": EMBEDDED_HARNESS, "hf": options.target}.get(kind)
     if kind == "tree" and options.harness is None:
         harness = None
-    bad_per_layer = sorted(set(options.per_layer_tokens) - set(options.tokens))
-    if bad_per_layer:
-        raise UsageError(f"--per-layer-tokens {bad_per_layer} are not among --tokens {list(options.tokens)}")
     recorded = options.model_dump(mode="json") | {"target_kind": kind, "target_spec": options.target,
                                                   "harness": harness}
     return Prepared(target=str(target), options=recorded)

@@ -57,7 +57,8 @@ WORKFLOW = Workflow(
     name="toy",
     description="engine test workflow",
     phases=(
-        PhaseSpec(name="ask", module="tests.toyflow.ask", title="ask the color"),
+        PhaseSpec(name="ask", module="tests.toyflow.ask", title="ask the color",
+                  results="tests.toyflow.ask:take_results"),
         PhaseSpec(name="work", module="tests.toyflow.work", title="square in a worker", gates=("color_answered",),
                   timeout_s=60),
         PhaseSpec(name="fix", module="tests.toyflow.fix", title="wait for the agent's fix"),
@@ -67,4 +68,5 @@ WORKFLOW = Workflow(
     gates={"color_answered": color_answered},
     guards={"scope": scope_guard},
     rules={"no_blue": no_blue_rule},
+    human_options=("color",),
 )

@@ -1,0 +1,162 @@
+"""Audit the trail's meaning against the workflow table, and its head against the anchor.
+
+A hash chain proves the lines are unchanged since they were hashed; it says nothing about
+whether they follow the workflow. ``check_meaning`` replays the events against the table:
+
+- the run starts in the table's first phase;
+- each ``phase_started`` is for the phase the run is in, with the next attempt number, and no
+  attempt is left open without a ``phase_interrupted``;
+- each ``phase_completed`` closes the open attempt of that phase;
+- each ``transition_taken`` leaves the current phase after its latest attempt passed, along the
+  edge the completion named (so no phase is skipped), and ``run_finished`` comes only in "done";
+- each answer answers a pending question (or is a person's start option, before any phase ran);
+  a human-only question is answered by actor human; ``agent_acted`` is by actor agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.workflow import DONE
+
+
+@dataclass
+class _Walk:
+    phase: str
+    attempts: dict[str, int] = field(default_factory=dict)
+    open_attempt: tuple[str, int] | None = None
+    passed_route: str | None = None
+    """Route of the current phase's latest completion when it passed (cleared by a new start)."""
+    pending: dict[str, bool] = field(default_factory=dict)
+    """Pending question key -> human_only."""
+    any_phase_ran: bool = False
+
+
+def check_meaning(events: list[dict[str, Any]], workflow: Any) -> list[tuple[int | None, str]]:
+    """(seq, message) for each event that does not follow ``workflow``'s table."""
+    if not events or events[0].get("type") != "run_started":
+        return [(None, "the trail does not start with run_started")]
+    first = events[0]["data"]
+    if first.get("initial_phase") != workflow.initial:
+        return [(0, f"the run starts in {first.get('initial_phase')!r}, the table's first phase is {workflow.initial!r}")]
+    walk = _Walk(phase=workflow.initial)
+    found: list[tuple[int | None, str]] = []
+    for event in events[1:]:
+        check = _CHECKS.get(event["type"])
+        if check is not None:
+            found += [(event["seq"], message) for message in check(walk, event, workflow)]
+        if len(found) > 50:
+            found.append((None, "more than 50 meaning findings; stopped"))
+            break
+    return found
+
+
+def _phase_started(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    problems = []
+    phase, attempt = event["phase"], event["data"]["attempt"]
+    if phase != walk.phase:
+        problems.append(f"phase {phase!r} started while the run is in {walk.phase!r}")
+    if walk.open_attempt is not None:
+        problems.append(f"attempt {walk.open_attempt[1]} of {walk.open_attempt[0]!r} was never completed or "
+                        "marked interrupted")
+    if attempt != walk.attempts.get(phase, 0) + 1:
+        problems.append(f"attempt {attempt} of {phase!r} follows attempt {walk.attempts.get(phase, 0)}")
+    walk.attempts[phase] = attempt
+    walk.open_attempt, walk.passed_route, walk.any_phase_ran = (phase, attempt), None, True
+    return problems
+
+
+def _phase_interrupted(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    key = (event["phase"], event["data"]["attempt"])
+    if walk.open_attempt != key:
+        return [f"phase_interrupted for {key} but the open attempt is {walk.open_attempt}"]
+    walk.open_attempt = None
+    return []
+
+
+def _phase_completed(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    key = (event["phase"], event["data"]["attempt"])
+    if walk.open_attempt != key:
+        return [f"{key[0]!r} attempt {key[1]} completed without being started (open: {walk.open_attempt})"]
+    walk.open_attempt = None
+    walk.passed_route = event["data"].get("route", "next") if event["data"]["outcome"] == "passed" else None
+    return []
+
+
+def _transition_taken(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    data = event["data"]
+    if data["source"] != walk.phase:
+        return [f"transition from {data['source']!r} while the run is in {walk.phase!r}"]
+    if walk.passed_route is None:
+        return [f"transition {data['source']} -> {data['dest']} without a passed completion of {walk.phase!r} "
+                "(a phase was skipped)"]
+    try:
+        edges = workflow.edges(workflow.phase(walk.phase))
+    except StopIteration:
+        return [f"phase {walk.phase!r} is not in the workflow table"]
+    expected = edges.get(walk.passed_route)
+    if data["dest"] != expected or data["trigger"] != f"route_{walk.passed_route}":
+        return [f"transition {data['source']} -> {data['dest']} ({data['trigger']}) is not the table's edge "
+                f"{walk.passed_route!r} -> {expected!r}"]
+    walk.phase, walk.passed_route = data["dest"], None
+    return []
+
+
+def _question_asked(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    walk.pending[event["data"]["key"]] = bool(event["data"].get("human_only", True))
+    return []
+
+
+def _answer_accepted(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    key, actor = event["data"]["key"], event["actor"]
+    if key in walk.pending:
+        human_only = walk.pending.pop(key)
+        if human_only and actor != "human":
+            return [f"human-only question {key!r} answered by {actor}"]
+        return []
+    if not walk.any_phase_ran and actor == "human":
+        return []  # a person's start option (e.g. --branch) answering the question ahead of time
+    return [f"answer {key!r} by {actor} to a question nobody asked (a pre-answer)"]
+
+
+def _run_finished(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    return [] if walk.phase == DONE else [f"run_finished while the run is in {walk.phase!r}"]
+
+
+def _run_aborted(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    walk.pending.clear()
+    return []
+
+
+def _agent_acted(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
+    return [] if event["actor"] == "agent" else [f"agent_acted recorded with actor {event['actor']!r}"]
+
+
+_CHECKS = {
+    "phase_started": _phase_started, "phase_interrupted": _phase_interrupted, "phase_completed": _phase_completed,
+    "transition_taken": _transition_taken, "question_asked": _question_asked, "answer_accepted": _answer_accepted,
+    "run_finished": _run_finished, "run_aborted": _run_aborted, "agent_acted": _agent_acted,
+}
+
+
+def check_anchor(run_dir: Path, events: list[dict[str, Any]], torn: bool) -> list[tuple[int | None, str]]:
+    """The log's head against the signed anchor outside the state dir."""
+    from orchestrator.anchor import AnchorError, Head, read_anchor
+
+    try:
+        anchor = read_anchor(run_dir.name, events[0]["hash"])
+    except AnchorError as exc:
+        return [(None, str(exc))]
+    last = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
+    if last == anchor.head:
+        return []
+    prev = anchor.prev
+    if prev is not None and last.seq <= anchor.head.seq and prev.seq < len(events) \
+            and events[prev.seq]["hash"] == prev.hash and (last.seq < anchor.head.seq or torn):
+        return [(prev.seq, f"the write of seq {prev.seq + 1}..{anchor.head.seq} announced by the anchor is not "
+                           "(fully) in the log: a crash mid-write (the next writing command repairs it and records "
+                           "trail_repaired) or a dropped tail")]
+    return [(last.seq, f"the log ends at seq {last.seq} but the anchor outside the state dir names seq "
+                       f"{anchor.head.seq} with another hash: events were dropped, appended or re-hashed")]
