@@ -117,9 +117,9 @@ def repoint_packages(root: str, target: str) -> None:
     """Packages imported from ``root`` look for their not-yet-imported submodules in ``target``."""
     prefix = root.rstrip("/") + "/"
     for module in list(sys.modules.values()):
-        paths = getattr(module, "__path__", None)
-        if paths and any(str(p).startswith(prefix) for p in paths):
-            module.__path__ = [target.rstrip("/") + "/" + str(p)[len(prefix):] if str(p).startswith(prefix) else p
+        paths, file = getattr(module, "__path__", None), getattr(module, "__file__", None)
+        if isinstance(file, str) and file.startswith(prefix) and isinstance(paths, list):
+            module.__path__ = [target.rstrip("/") + "/" + p[len(prefix):] if p.startswith(prefix) else p
                                for p in paths]
 
 
