@@ -50,7 +50,12 @@ def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Pa
     numerics = numerics_summary(state.get("results", {}))
     base = dict(model_type=model_type, model=model, run_id=state["run_id"], numerics=numerics)
     if state["status"] == "done":
-        return SurveyRow(**base, **_done(state, numerics))
+        return SurveyRow(**base, **_verdict(state, numerics))
+    if waits_only_for_gpu_rows(state):
+        unrun = [r["config"] for r in state["results"]["parallelism"]["rows"] if r["status"] == "UNRUN"]
+        pending = (f"torchrun rows unrun here ({', '.join(unrun)}: no GPU); the run waits for their logs "
+                   f"(`orchestrator resume {state['run_id']} --results DIR`) or a human's unrun_rows=accept")
+        return SurveyRow(**base, **_verdict(state, numerics, pending=pending))
     if state["status"] == "waiting":
         reasons = [_issue_line(i) for i in state.get("issues", [])]
         reasons += [q["prompt"] for q in state.get("pending", [])]
@@ -60,9 +65,17 @@ def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Pa
     return SurveyRow(**base, **_failed(state, run_dir, roots))
 
 
-def _done(state: dict[str, Any], numerics: dict[str, Any] | None) -> dict[str, Any]:
+def waits_only_for_gpu_rows(state: dict[str, Any]) -> bool:
+    """Waiting at parallelism only for torchrun rows this machine cannot run, the build check all PASS."""
+    keys = {q["key"] for q in state.get("pending", [])}
+    build = state.get("results", {}).get("parallelism", {}).get("build_check", [])
+    return (state["status"] == "waiting" and state.get("phase") == "parallelism" and keys == {"unrun_rows"}
+            and bool(build) and all(r["status"] == "PASS" for r in build))
+
+
+def _verdict(state: dict[str, Any], numerics: dict[str, Any] | None, *, pending: str = "") -> dict[str, Any]:
+    """The row of a run whose every check that can run here has run (done, or waiting for GPU rows)."""
     results = state.get("results", {})
-    build = results.get("parallelism", {})
     # NOTE: the safe side: a tier whose one-ulp spread reaches FAIL ("PASS|FAIL") is not clean either.
     if numerics and "FAIL" in numerics.get("tier_shown", ""):
         gap = results.get("gap_analysis", {}).get("rows", [])
@@ -70,11 +83,11 @@ def _done(state: dict[str, Any], numerics: dict[str, Any] | None) -> dict[str, A
                  for r in gap if isinstance(r.get("max_diff"), (int, float))]
         spread = f" (one-ulp spread {numerics['spread']:.2e})" if numerics.get("spread") is not None else ""
         return {"outcome": "fail", "reasons": [f"numerics {numerics['tier_shown']} KL={numerics['kl']:.2e}{spread}",
-                                               *found]}
-    line = f"numerics {numerics['tier_shown'] if numerics else '?'}; parallelism build check passed"
-    if build.get("summary"):
-        line += f" ({build['summary']})"
-    return {"outcome": "clean", "reasons": [line]}
+                                               *found, *([pending] if pending else [])]}
+    build = results.get("parallelism", {}).get("build_check", [])
+    line = (f"numerics {numerics['tier_shown'] if numerics else '?'}; parallelism build check "
+            f"{sum(r['status'] == 'PASS' for r in build)}/{len(build)} PASS")
+    return {"outcome": "clean", "reasons": [line, *([pending] if pending else [])]}
 
 
 def _failed(state: dict[str, Any], run_dir: Path, roots: tuple[str, ...]) -> dict[str, Any]:
