@@ -45,7 +45,7 @@ def _sci(value: Any) -> str:
 def render_markdown(survey: Any, opts: Any) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in survey.counts.items())
     lines = [f"# add-moe-model survey ({opts.target} target, transformers {survey.transformers}, "
-             f"device {opts.device})", "", f"{len(survey.rows)} model types: {counts}; {survey.seconds:.0f} s.", "",
+             f"device {opts.device})", "", f"{len(survey.rows)} model types: {counts}; this invocation {survey.seconds:.0f} s.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in survey.rows:
         cells = [c.replace("|", "\\|").replace("\n", " ") for c in table_cells(row)]
@@ -99,7 +99,7 @@ tr.clean td:nth-child(2) {{ color: #2b8a3e; }} tr.error td:nth-child(2), tr.fail
 tr.needs_agent td:nth-child(2), tr.needs_human td:nth-child(2) {{ color: #e67700; }}
 </style></head>
 <body><h1>{html.escape(title)}</h1>
-<p id="counts">{len(survey.rows)} model types: {html.escape(counts)}; {survey.seconds:.0f} s; device
+<p id="counts">{len(survey.rows)} model types: {html.escape(counts)}; this invocation {survey.seconds:.0f} s; device
 {html.escape(opts.device)}</p>
 <figure id="kl-plot">{kl_plot_svg(survey.rows)}</figure>
 <table id="survey"><thead><tr>{head}</tr></thead><tbody>
