@@ -45,7 +45,8 @@ def _sci(value: Any) -> str:
 def render_markdown(survey: Any, opts: Any) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in survey.counts.items())
     lines = [f"# add-moe-model survey ({opts.target} target, transformers {survey.transformers}, "
-             f"device {opts.device})", "", f"{len(survey.rows)} model types: {counts}; this invocation {survey.seconds:.0f} s.", "",
+             f"device {opts.device})", "",
+             f"{len(survey.rows)} model types: {counts}; this invocation {survey.seconds:.0f} s.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in survey.rows:
         cells = [c.replace("|", "\\|").replace("\n", " ") for c in table_cells(row)]
