@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import RunFinished, UsageError
 from orchestrator.store import RunStore, atomic_write
 from phases.add_moe_model.survey.outcome import OUTCOMES, UNSUPPORTED_CODES, SurveyRow, row_from_run
 
@@ -106,7 +106,10 @@ def survey_one(model_type: str, opts: SurveyOptions, *, store: RunStore, root: P
                     return SurveyRow(model_type=model_type, model=model, outcome="unsupported", reasons=[exc.message])
                 raise
             save_in_flight(opts.out, model_type, run_id)
-        state = engine.advance(run_id, store=store).state
+        try:
+            state = engine.advance(run_id, store=store).state
+        except RunFinished:  # killed after its run ended but before its row was saved
+            state = store.read_state(run_id)
         return row_from_run(model_type, model, state, store.run_dir(run_id), warm_root=str(root))
     except Exception as exc:  # noqa: BLE001 - any exception reaching here is ours: an error row
         frame = traceback.extract_tb(exc.__traceback__)[-1]
