@@ -1,6 +1,11 @@
 """add-moe-model phase costs against their floors, measured side by side in one run.
 
-    python bench/bench_add_moe.py [--repeat 2]
+    python bench/bench_add_moe.py [--repeat 2] [--target PATH]
+
+--target runs both against a torchtitan git checkout (e.g. the main snapshot of
+../shared/targets): every start gets its own clone of it, the floors import that tree.
+Where the tree ships the skill's numerical_equivalence.py the numerics phase also runs it,
+so the numerics floor then adds one bare run of that script.
 
 1. probe: `orchestrator advance --max-phases 2` (pre-flight + probe of DeepSeek-V3) vs a bare
    `python -c` that imports the experiment package and builds the full DeepSeek-V3 config
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -56,18 +62,27 @@ with torch.device('meta'):
 titan.to_empty(device='cpu'); titan.init_states(buffer_device=torch.device('cpu'))
 sd = hf_to_titan_moe_state_dict({f'mlp.{k}': v for k, v in block.state_dict().items()})
 titan.load_state_dict({k.removeprefix('mlp.'): v for k, v in sd.items()}, strict=False)
+from phases.add_moe_model.work.layout import detect_moe_layout
+layout = detect_moe_layout(titan, hidden=config.hidden_size)
 x = torch.randn(2, 16, config.hidden_size)
 with torch.no_grad():
     for dtype in (torch.bfloat16, torch.float32):
         block.to(dtype); titan.to(dtype)
-        block(x.to(dtype)); titan(x.to(dtype))
+        block(x.to(dtype)); titan(layout.tokens(x.to(dtype)))
 """
+NE = ("torchtitan/experiments/transformers_modeling_backend/.claude/skills/add_moe_model/scripts/"
+      "numerical_equivalence.py")
 
 
-def seconds(command: list[str]) -> float:
+def seconds(command: list[str], *, tree: Path | None = None, cwd: Path = ROOT,
+            ok: tuple[int, ...] = (0, 3, 4)) -> float:
+    """Wall time of a command; ``tree`` first on PYTHONPATH (the target's torchtitan, then this project)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT), env.get("PYTHONPATH", "")])
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode not in (0, 3, 4):
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
+    if done.returncode not in ok:
         raise SystemExit(f"{command[:4]} failed ({done.returncode}): {done.stderr[-800:]}")
     return time.perf_counter() - started
 
@@ -76,9 +91,10 @@ def cli(*args: str, state: Path) -> list[str]:
     return [sys.executable, "-m", "orchestrator.cli", *args, "--state-dir", str(state)]
 
 
-def start(model: str, state: Path) -> str:
+def start(model: str, state: Path, target: Path | None) -> str:
+    where = ["--target", str(fresh_clone(target, state))] if target else []
     out = subprocess.run(cli("start", "add-moe-model", "--model", model, "--branch", "current", "--commit",
-                             "never", "--json", state=state), cwd=ROOT, capture_output=True, text=True)
+                             "never", *where, "--json", state=state), cwd=ROOT, capture_output=True, text=True)
     return json.loads(out.stdout)["run_id"]
 
 
@@ -103,30 +119,44 @@ def run_survey(models: str) -> str:
         return survey_against_floor(out, state)
 
 
+def fresh_clone(target: Path, state: Path) -> Path:
+    dest = Path(tempfile.mkdtemp(prefix="tt-", dir=state))
+    subprocess.run(["git", "clone", "-q", str(target), str(dest)], check=True)
+    return dest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--survey", metavar="MODELS", help="run the survey (all, or types) and time it")
     parser.add_argument("--survey-out", type=Path, help="read a finished survey's survey.json instead")
     parser.add_argument("--survey-state", type=Path, help="its state dir (the runs' trails)")
+    parser.add_argument("--target", type=Path, help="a torchtitan git checkout (default: the embedded workspace)")
     args = parser.parse_args()
     if args.survey or args.survey_out:
         print(survey_against_floor(args.survey_out, args.survey_state) if args.survey_out else run_survey(args.survey))
         return
+    tree = args.target.resolve() if args.target else None
+    print(f"target: {tree or 'embedded (installed torchtitan)'}")
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)
         floors, probes = [], []
         for _ in range(args.repeat):
-            floors.append(seconds([sys.executable, "-c", PROBE_FLOOR]))
-            probes.append(seconds(cli("advance", start("deepseek-ai/DeepSeek-V3", state), "--max-phases", "2",
+            floors.append(seconds([sys.executable, "-c", PROBE_FLOOR], tree=tree))
+            probes.append(seconds(cli("advance", start("deepseek-ai/DeepSeek-V3", state, tree), "--max-phases", "2",
                                       state=state)))
         floor, probe = statistics.median(floors), statistics.median(probes)
         print(f"probe phase (DeepSeek-V3, through the CLI): {probe:.1f} s vs floor {floor:.1f} s "
               f"-> {probe / floor:.2f}x (goal <= 1.3x)")
-        run_id = start("Qwen/Qwen3-30B-A3B", state)
+        run_id = start("Qwen/Qwen3-30B-A3B", state, tree)
         subprocess.run(cli("advance", run_id, "--max-phases", "3", state=state), cwd=ROOT, capture_output=True)
         entry = json.loads((state / "runs" / run_id / "run.json").read_text())["results"]["synthetic_config"]["entry"]
-        numerics_floor = seconds([sys.executable, "-c", NUMERICS_FLOOR, json.dumps(entry)])
+        numerics_floor = seconds([sys.executable, "-c", NUMERICS_FLOOR, json.dumps(entry)], tree=tree)
+        if tree is not None and (tree / NE).is_file():
+            script = seconds([sys.executable, NE, "--models", "qwen3_moe", "--device", "cpu"], tree=tree, cwd=tree,
+                             ok=(0, 1))
+            print(f"bare run of the tree's numerical_equivalence.py (qwen3_moe, CPU): {script:.1f} s")
+            numerics_floor += script
         numerics = seconds(cli("advance", run_id, "--max-phases", "1", state=state))
         print(f"numerics phase (Qwen3 synthetic, CPU, bf16 + fp32): {numerics:.1f} s vs floor {numerics_floor:.1f} s "
               f"-> {numerics / numerics_floor:.2f}x (goal <= 1.5x and < 60 s)")

@@ -61,8 +61,8 @@ def report(args: argparse.Namespace) -> list[str]:
     import torch
 
     from phases.kit.correctness import BF16_ULP_REL_TOL, capture_routed, compare_captures
-    from phases.kit.measure_once import build_tree_workload, resolve_dtype
-    from phases.local_compile_perf.harness import load_harness
+    from phases.kit.harness import build_tree_workload, resolve_dtype
+    from phases.kit.harness import load_harness
 
     harness = load_harness("examples.moe_layer.harness:build_harness")
     device = "cuda" if torch.cuda.is_available() else "cpu"

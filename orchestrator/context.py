@@ -9,11 +9,15 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+from pydantic import BaseModel
 
 from orchestrator import events as ev
 from orchestrator.store import OpenRun
 from orchestrator.worker import failure, run_worker
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def json_safe(value: Any) -> Any:
@@ -57,12 +61,20 @@ class EngineContext:
         self.attempt = state["attempts"].get(phase, 0)
         self.interrupted = False
         self.artifacts_dir = run.dir / "artifacts"
+        self.scratch_dir = run.dir.parent.parent / "scratch" / run.run_id
         self.last_worker_log: str | None = None
 
     @property
     def state(self) -> dict[str, Any]:
         """The live snapshot (read-only by convention): records, open patches, ..."""
         return self._run.state
+
+    def result(self, phase: str, model: type[M]) -> M:
+        return model.model_validate(self.results[phase])
+
+    def notes(self) -> list[dict[str, Any]]:
+        return [{"seq": e["seq"], "ts": e["ts"], "phase": e["phase"], "actor": e["actor"], **e["data"]}
+                for e in self._run.read_events() if e["type"] == "note_added"]
 
     def _append(self, data: Any) -> dict[str, Any]:
         return self._run.append(data, actor=self._actor, phase=self.phase)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
+
+M = TypeVar("M")
 
 Outcome = Literal["passed", "needs_agent", "needs_human", "failed"]
 
@@ -120,6 +122,15 @@ class PhaseContext(Protocol):
     interrupted: bool
     """True when the previous attempt of this phase died before completing."""
     artifacts_dir: Path
+    scratch_dir: Path
+    """``<state>/scratch/<run_id>/``: room for files outside the trail (worktrees, big temporaries)."""
+
+    def result(self, phase: str, model: type[M]) -> M:
+        """``results[phase]`` read back as ``model``, the record type that phase returned.
+
+        Raises:
+            KeyError: ``phase`` has not completed in this run.
+        """
 
     def write_artifact(self, name: str, content: str | bytes) -> str:
         """Write ``artifacts/<name>`` atomically and record it with its sha256; returns name."""
@@ -137,6 +148,9 @@ class PhaseContext(Protocol):
 
     def note(self, text: str, *, kind: str = "devlog") -> None:
         """Append a timestamped note (devlog entry, decision, dead end)."""
+
+    def notes(self) -> list[dict[str, Any]]:
+        """Every note of the run so far, oldest first: {"seq", "ts", "phase", "actor", "kind", "text"}."""
 
     def progress(self, message: str) -> None:
         """Show progress on a terminal (stderr); never recorded."""

@@ -2,12 +2,15 @@
 
 A worker writes ``@@progress <json>`` lines to stderr; the engine's worker runner shows
 them on a terminal and keeps them in the worker log. Nothing here is recorded as an event.
+``Eta`` turns "step k of n" into a time left, for long loops of similar steps.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
+from typing import Callable
 
 PREFIX = "@@progress "
 
@@ -26,3 +29,30 @@ def parse(line: str) -> str | None:
         return str(json.loads(line[len(PREFIX):]).get("message", ""))
     except ValueError:
         return None
+
+
+class Eta:
+    """Time left of ``total`` similar steps, estimated from the mean of the steps done so far."""
+
+    def __init__(self, total: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.done = 0
+        self._clock = clock
+        self._start = clock()
+
+    def step_done(self) -> None:
+        self.done += 1
+
+    def describe(self) -> str:
+        """E.g. "step 4 of 9, ETA 3m20s"; "ETA after the first step" before one has finished."""
+        where = f"step {self.done + 1} of {self.total}"
+        if not self.done:
+            return f"{where}, ETA after the first step"
+        left = (self._clock() - self._start) / self.done * (self.total - self.done)
+        return f"{where}, ETA {format_seconds(left)}"
+
+
+def format_seconds(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

@@ -156,6 +156,10 @@ class OpenRun:
         os.fsync(self._fd)
         self._genesis, self._durable = genesis, head
 
+    def read_events(self) -> list[dict[str, Any]]:
+        """Every event of this run so far, those staged in an open ``atomic()`` batch included."""
+        return parse_trail(self.dir / EVENTS) + (list(self._batch[0]) if self._batch else [])
+
     def write_artifact_file(self, name: str, content: str | bytes) -> tuple[str, str, int]:
         """Write artifacts/<name> atomically; returns (name, sha256, size). Records nothing."""
         name = check_artifact_name(name)

@@ -222,7 +222,7 @@ def resolve_ref(ref: str, problems: list[str] | None = None) -> Any:
 
 BUILTIN_WORKFLOWS = {
     "add-moe-model": "phases.add_moe_model.workflow:WORKFLOW",
-    "local-compile-perf": "phases.local_compile_perf:WORKFLOW",
+    "local-compile-perf": "phases.local_compile_perf.workflow:WORKFLOW",
 }
 
 

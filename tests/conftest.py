@@ -93,3 +93,45 @@ def call_worker(func: str, request: dict, *, target: Path = ROOT, timeout_s: flo
     result = run_worker(func, request, target=target, timeout_s=timeout_s)
     assert result.answer is not None, result.log.decode("utf-8", "replace")[-3000:]
     return result.answer
+
+
+MAIN_TARBALL = "torchtitan-main-b5bcd76c6.tar.gz"
+
+
+def shared_targets() -> Path | None:
+    """``shared/targets`` beside the repository (CI), else the machine's /work/shared/targets."""
+    for folder in (ROOT.parent / "shared" / "targets", Path("/work/shared/targets")):
+        if (folder / MAIN_TARBALL).is_file():
+            return folder
+    return None
+
+
+@pytest.fixture(scope="session")
+def main_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The torchtitan main snapshot extracted once per session as a one-commit git repo (clone it to edit)."""
+    import tarfile
+
+    import git
+
+    folder = shared_targets()
+    if folder is None:
+        pytest.skip(f"no {MAIN_TARBALL} in ../shared/targets or /work/shared/targets")
+    dest = tmp_path_factory.mktemp("main-snapshot")
+    with tarfile.open(folder / MAIN_TARBALL) as tar:
+        tar.extractall(dest, filter="data")
+    root = next(dest.iterdir())
+    repo = git.Repo.init(root, initial_branch="main")
+    repo.git.add(A=True)
+    repo.index.commit("torchtitan main b5bcd76c6 (snapshot)")
+    return root
+
+
+def clone_of(source: Path, dest: Path) -> Path:
+    """A fresh clone with a committer identity (runs commit into it)."""
+    import git
+
+    repo = git.Repo.clone_from(str(source), str(dest))
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "orchestrator")
+        config.set_value("user", "email", "orchestrator@localhost")
+    return dest

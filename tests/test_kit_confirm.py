@@ -1,4 +1,4 @@
-"""Fresh-process confirmation, the measure_once script, and provenance (real git, real subprocesses)."""
+"""Fresh processes (kit run_once), cells cited from them, measure_once, provenance (real git, real subprocesses)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from phases.kit.confirm import confirm_in_fresh_processes, parse_result
-from phases.kit.records import NotApplicable
+from phases.kit.confirm import parse_result, probe_gpu_pids, run_once
+from phases.kit.records import median_of, spread_pct_of
+from phases.local_compile_perf.confirmed import build_cells
 from tests.conftest import ROOT, make_repo
+
+
+def fresh_runs(command: list[str], runs: int, env: dict[str, str] | None = None) -> list:
+    return [run_once(command, index=i, env=env, poll_gpu=False, timeout_s=600) for i in range(runs)]
 
 FLAKY = textwrap.dedent(
     """
@@ -40,25 +45,32 @@ def test_parse_result_takes_the_last_result_line_of_this_output_only():
 def test_failed_runs_never_reuse_an_earlier_result(tmp_path: Path):
     script = tmp_path / "flaky.py"
     script.write_text(FLAKY)
-    conf = confirm_in_fresh_processes([sys.executable, str(script), str(tmp_path / "n")], runs=5)
-    assert [r.status for r in conf.runs] == ["ok", "FAILED", "FAILED", "ok", "ok"]
-    assert conf.failed == (1, 2)
-    assert conf.runs[1].returncode == 3 and conf.runs[1].result is None
-    assert conf.samples == (10.0, 13.0, 14.0)
-    assert conf.median == 13.0 and conf.spread_pct == pytest.approx(3 / 13 * 100)
+    runs = fresh_runs([sys.executable, str(script), str(tmp_path / "n")], 5)
+    assert [r.status for r in runs] == ["ok", "FAILED", "FAILED", "ok", "ok"]
+    assert runs[1].returncode == 3 and runs[1].result is None
+    samples = tuple(r.result["wall_ms"] for r in runs if r.status == "ok")
+    assert samples == (10.0, 13.0, 14.0)
+    assert median_of(samples) == 13.0 and spread_pct_of(samples) == pytest.approx(3 / 13 * 100)
 
 
-def test_a_result_without_the_metric_is_failed(tmp_path: Path):
-    cmd = [sys.executable, "-c", "print('RESULT {\"kernel_ms\": 1.0}')"]
-    conf = confirm_in_fresh_processes(cmd, runs=1, metric="wall_ms")
-    assert conf.failed == (0,) and "no numeric 'wall_ms'" in conf.runs[0].log_tail
+def _variant_runs(results: list[dict | None]) -> dict:
+    runs = [{"index": i, "status": "ok" if r is not None else "FAILED", "result": r, "returncode": 0 if r else 1,
+             "foreign_pids": [], "log_tail": "" if r else "boom"} for i, r in enumerate(results)]
+    return {"variants": [{"variant": {"name": "eager", "checkout": ".", "tree": "eager", "tokens": [8]}, "runs": runs}]}
+
+
+def test_a_cell_is_cited_only_when_every_fresh_process_measured_it():
+    # a RESULT without the cell's token count did not measure what was asked: the cell is FAILED
+    (cell,) = build_cells(_variant_runs([{"16": {}}, {"32": {}}, None]), runs=3)
+    assert cell.status == "failed" and cell.runs_ok == 0 and "3 of 3 fresh processes FAILED" in cell.reason
+    assert [f["index"] for f in cell.failed] == [2]
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host has nvidia-smi")
-def test_gpu_polling_says_it_is_not_available_without_nvidia_smi():
-    conf = confirm_in_fresh_processes([sys.executable, "-c", "print('RESULT {\"wall_ms\": 1}')"], runs=1)
-    assert isinstance(conf.gpu_poll, NotApplicable) and "nvidia-smi not available" in conf.gpu_poll.reason
-    assert conf.contaminated == ()
+def test_gpu_polling_is_not_possible_without_nvidia_smi():
+    assert probe_gpu_pids() is None
+    (run,) = fresh_runs([sys.executable, "-c", "print('RESULT {\"wall_ms\": 1}')"], 1)
+    assert run.status == "ok" and run.foreign_pids == ()
 
 
 def test_provenance_reads_the_target_commit_and_versions(tmp_path: Path):
@@ -80,10 +92,10 @@ def test_measure_once_confirmed_in_three_fresh_processes():
     cmd = [sys.executable, "-m", "phases.kit.measure_once", "--harness", "tests.test_kit_tiny_harness:build_harness",
            "--tree", "upstream", "--tokens", "64", "--device", "cpu", "--dtype", "fp32",
            "--warmup", "2", "--iters", "5", "--profile-steps", "2", "--target", str(ROOT)]
-    conf = confirm_in_fresh_processes(cmd, runs=3, env={"PYTHONPATH": str(ROOT)})
-    assert conf.failed == (), conf.runs[0].log_tail
-    assert len(conf.samples) == 3 and conf.median > 0
-    result = conf.runs[0].result
+    runs = fresh_runs(cmd, 3, env={"PYTHONPATH": str(ROOT)})
+    assert [r.status for r in runs] == ["ok"] * 3, runs[0].log_tail
+    assert median_of(tuple(r.result["wall_ms"] for r in runs)) > 0
+    result = runs[0].result
     assert result["tree"] == "upstream" and result["regions"] == ["rms_norm"]
     assert result["timing"]["timer"] == "host" and len(result["timing"]["samples_ms"]) == 5
     assert result["wall_ms"] == sorted(result["timing"]["samples_ms"])[2]
@@ -96,8 +108,8 @@ def test_measure_once_confirmed_in_three_fresh_processes():
 
 
 def test_measure_once_rejects_an_unknown_tree_without_a_result():
-    proc_conf = confirm_in_fresh_processes(
+    (run,) = fresh_runs(
         [sys.executable, "-m", "phases.kit.measure_once", "--harness", "tests.test_kit_tiny_harness:build_harness",
-         "--tree", "bogus", "--tokens", "8", "--device", "cpu"], runs=1, env={"PYTHONPATH": str(ROOT)})
-    assert proc_conf.failed == (0,) and "unknown tree 'bogus'" in proc_conf.runs[0].log_tail
-    assert json.dumps(proc_conf.model_dump(mode="json"))
+         "--tree", "bogus", "--tokens", "8", "--device", "cpu"], 1, env={"PYTHONPATH": str(ROOT)})
+    assert run.status == "FAILED" and run.result is None and "unknown tree 'bogus'" in run.log_tail
+    assert json.dumps(run.model_dump(mode="json"))

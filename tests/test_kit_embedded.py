@@ -11,7 +11,7 @@ EMBEDDED = "examples.moe_layer.harness:build_harness"
 
 @pytest.fixture(scope="session")
 def embedded_harness():
-    from phases.local_compile_perf.harness import load_harness
+    from phases.kit.harness import load_harness
 
     return load_harness(EMBEDDED)
 
@@ -21,6 +21,7 @@ def test_upstream_regions_vs_eager_and_fp64_then_measured(embedded_harness):
     import torch
 
     from phases.kit.correctness import check_correctness
+    from phases.kit.harness import TimingKnobs
     from phases.kit.measure_once import MeasureRequest, measure_tree
 
     assert embedded_harness.spec.name == "embedded:dsv3-small"  # CPU picks the small dims
@@ -34,7 +35,8 @@ def test_upstream_regions_vs_eager_and_fp64_then_measured(embedded_harness):
     assert isinstance(res.reference_downcasts, tuple)
 
     result = measure_tree(MeasureRequest(harness=EMBEDDED, tree="upstream", tokens=32, device="cpu",
-                                         warmup=2, iters=3, profile_steps=1, target=str(ROOT)))
+                                         timing=TimingKnobs(warmup=2, iters=3, profile_steps=1),
+                                         target=str(ROOT)))
     assert result.regions == ("router",) and result.spec.layer_kinds == ("dense", "moe")
     assert len(result.timing.samples_ms) == 3 and result.kernels.activity == "cpu"
     assert {f.family for f in result.kernels.families} >= {"gemm", "pointwise"}

@@ -10,7 +10,7 @@ import torch
 from phases.kit.bandwidth import measure_bandwidth
 from phases.kit.cudagraph import measure_cuda_graph_replay
 from phases.kit.graphs import build_shape_pass, count_graphs
-from phases.kit.ideal import boundary_bytes, build_gap_table, ideal_ms, record_op_bytes, sum_bytes
+from phases.kit.ideal import boundary_bytes, ideal_ms, record_op_bytes, sum_bytes
 from phases.kit.profile import classify_kernel, profile_kernels
 from phases.kit.records import NotApplicable, Timing
 from phases.kit.timing import measure_step
@@ -123,12 +123,17 @@ def test_gap_table_uses_boundary_bytes_and_measured_bandwidth():
     s = torch.randn(32768, 1, dtype=torch.bfloat16, requires_grad=True)
     by = boundary_bytes(lambda x, s: x * s, x, s)
     assert by["fwd"] == 2 * 32768 * 64 * 2 + 32768 * 2
-    rows = build_gap_table({"scale": by}, measured_ms={"scale": {"fwd": 0.05, "bwd": 0.2}}, bandwidth_tbs=4.0)
-    assert {r.phase for r in rows} == {"fwd", "bwd"}
-    fwd = next(r for r in rows if r.phase == "fwd")
-    assert fwd.ideal_ms == pytest.approx(ideal_ms(by["fwd"], 4.0)) and fwd.gap_ms == pytest.approx(0.05 - fwd.ideal_ms)
-    with pytest.raises(ValueError, match="scale/bwd"):
-        build_gap_table({"scale": by}, measured_ms={"scale": {"fwd": 0.05}}, bandwidth_tbs=4.0)
+    # the phase's gap rows (one path): per step = per-call median x calls, ideal from boundary bytes
+    from phases.local_compile_perf.ideal_times import build_gap_rows
+
+    op = {"op": "scale", "region": "scale", "calls_per_step": 2, "shapes": ["(32768, 64):bfloat16"],
+          "fwd_ms": [0.05, 0.04, 0.06], "fwdbwd_ms": [0.25, 0.2, 0.3], "fwd_bytes": by["fwd"], "bwd_bytes": by["bwd"],
+          "eager_bytes": {"fwd": by["fwd"], "bwd": 2 * by["bwd"]}}
+    (row,) = build_gap_rows([op], bandwidth_tbs=4.0)
+    assert row["ideal_ms"] == pytest.approx(2 * ideal_ms(by["fwd"] + by["bwd"], 4.0))
+    assert row["measured_ms"] == pytest.approx(0.5) and row["fwd_ms"] == pytest.approx(0.1)
+    assert row["gap_ms"] == pytest.approx(0.5 - row["ideal_ms"])
+    assert row["eager_bytes"] == 2 * (by["fwd"] + 2 * by["bwd"])
 
 
 def test_count_graphs_over_token_counts_and_no_grad():

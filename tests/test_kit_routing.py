@@ -16,7 +16,7 @@ ROUTER = "1.ffn.router"
 
 @pytest.fixture(scope="module")
 def harness():
-    from phases.local_compile_perf.harness import load_harness
+    from phases.kit.harness import load_harness
 
     return load_harness(EMBEDDED)
 

@@ -1,6 +1,6 @@
 """A tiny two-block harness with two named regions, for fast kit tests on CPU.
 
-It follows phases/local_compile_perf/harness.py: regions bind process-wide, unknown names
+It follows phases/kit/harness.py: regions bind process-wide, unknown names
 raise, inputs are seeded leaves with requires_grad. Regions compile with the aot_eager
 backend so Dynamo graphs are real (and countable) without Inductor's C++ build on a
 2-core host. ``build_harness`` is the factory ref "tests.test_kit_tiny_harness:build_harness".
@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from phases.local_compile_perf.harness import HarnessSpec, fwd_bwd_step, load_harness
+from phases.kit.harness import HarnessSpec, fwd_bwd_step, load_harness
 
 DIM = 32
 

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 
-from phases.kit.correctness import correctness_worker
 from phases.kit.graphs import graph_budget_worker
 from phases.kit.records import Correctness, GraphCount
 from tests.conftest import ROOT
@@ -15,7 +14,7 @@ TINY = "tests.test_kit_tiny_harness:build_harness"
 
 
 def test_kit_modules_import_without_torch():
-    mods = ["records", "timing", "cudagraph", "profile", "graphs", "bandwidth", "ideal", "rank", "screen",
+    mods = ["harness", "records", "timing", "cudagraph", "profile", "graphs", "bandwidth", "ideal", "rank", "screen",
             "confirm", "measure_once", "correctness", "provenance"]
     code = ("import sys\n" + "".join(f"import phases.kit.{m}\n" for m in mods)
             + "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
@@ -30,7 +29,13 @@ def test_graph_budget_worker_round_trips():
     assert count.per_function == {"rms_norm": 2} and count.within_target  # fwd+bwd, then no_grad
 
 
-def test_correctness_worker_round_trips():
-    answer = correctness_worker({"harness": TINY, "candidate_tree": "regions:swiglu", "tokens": 16, "device": "cpu"})
+def test_correctness_workers_round_trip(tmp_path):
+    """The phase's path: the stack's eager captures saved by one worker, compared by the next."""
+    from phases.local_compile_perf.work.candidate_checks import capture_worker, compare_worker
+
+    common = {"harness": TINY, "tokens": 16, "device": "cpu"}
+    ref = capture_worker({**common, "tree": "eager", "dtypes": ["bf16", "fp32", "fp64"], "out": str(tmp_path / "r.pt")})
+    answer = compare_worker({"candidate": {**common, "tree": "regions:swiglu", "dtypes": ["bf16", "fp32"]},
+                             "reference": ref["file"], "downcasts": ref["downcasts"]})
     res = Correctness.model_validate(json.loads(json.dumps(answer)))
     assert res.ok and len(res.comparisons) == 4 and res.reference_dtype == "float64"

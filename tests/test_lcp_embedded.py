@@ -16,7 +16,7 @@ from examples.moe_layer.experts import GroupedExperts, resolve_expert_backend  #
 from examples.moe_layer.harness import build_harness  # noqa: E402
 from examples.moe_layer.moe import combine_tokens, dispatch_tokens  # noqa: E402
 from examples.moe_layer.router import route_tokens  # noqa: E402
-from phases.local_compile_perf.harness import load_harness  # noqa: E402
+from phases.kit.harness import load_harness  # noqa: E402
 from phases.local_compile_perf.workspace import load_candidates, materialize_embedded_workspace  # noqa: E402
 
 

@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from phases.local_compile_perf.harness import load_harness  # noqa: E402
+from phases.kit.harness import load_harness  # noqa: E402
+from phases.local_compile_perf.plan import hf_harness_ref  # noqa: E402
 from phases.local_compile_perf.work.hf_harness import parse_hf_ref, read_registry_dims, shrink_config  # noqa: E402
 from phases.local_compile_perf.work.traps import check_harness_traps  # noqa: E402
 
@@ -27,7 +28,7 @@ def torchtitan_root() -> Path:
 
 @pytest.fixture(scope="session")
 def qwen3():
-    return load_harness("hf:qwen3_moe")
+    return load_harness(hf_harness_ref("hf:qwen3_moe"))
 
 
 def test_registry_dims_and_aliases():
@@ -61,7 +62,7 @@ def test_qwen3_workload_and_traps(qwen3):
 
 
 def test_deepseek_v3_covers_dense_and_moe():
-    harness = load_harness("hf:deepseek_v3")
+    harness = load_harness(hf_harness_ref("hf:deepseek_v3"))
     assert harness.spec.layer_kinds == ("dense", "moe")
     assert harness.layer_ids[0] < 3 <= harness.layer_ids[1]  # first_k_dense_replace = 3
     workload = harness.build(tokens=16, device="cpu", dtype=torch.bfloat16, seed=0)
@@ -75,6 +76,6 @@ def test_kernel_options_reach_the_config_and_the_spec_name():
     assert parse_hf_ref("qwen3_moe") == ("qwen3_moe", {"attn": "sdpa", "experts": "grouped_mm"})
     with pytest.raises(ValueError, match="not attn=IMPL or experts=IMPL"):
         parse_hf_ref("qwen3_moe,attention=eager")
-    harness = load_harness("hf:qwen3_moe,attn=eager")
+    harness = load_harness(hf_harness_ref("hf:qwen3_moe,attn=eager"))
     assert harness.spec.name == "hf:qwen3_moe-small[attn=eager]"
     assert (harness.config._attn_implementation, harness.config._experts_implementation) == ("eager", "grouped_mm")

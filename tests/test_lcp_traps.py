@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -127,7 +126,7 @@ def test_dtype_dependent_draws_are_caught(harness):
 
 def test_precision_mismatch_is_caught(harness):
     wrong = build_harness(scale="small")
-    wrong.spec = dataclasses.replace(wrong.spec, fp32_precision="ieee")
+    wrong.spec = wrong.spec.model_copy(update={"fp32_precision": "ieee"})
     finding = check_precision(wrong, target=PROJECT_ROOT, **KW)
     assert finding.status == "fail" and "trainer sets 'tf32'" in finding.message
 
@@ -136,7 +135,7 @@ def test_precision_mismatch_is_caught(harness):
 def test_worker_entry_in_the_workspace(tmp_path):
     """run_trap_checks in a fresh process with the workspace as target (cwd, first on sys.path)."""
     ws = materialize_embedded_workspace(tmp_path / "state")
-    request = json.dumps({"harness": "examples.moe_layer.harness:build_harness", "tokens": 32})
+    request = json.dumps({"harness": "examples.moe_layer.harness:build_harness", "tokens": 32, "device": "cpu"})
     code = (
         "import json, sys\n"
         "from phases.local_compile_perf.work.traps import run_trap_checks\n"

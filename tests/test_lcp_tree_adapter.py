@@ -50,6 +50,9 @@ def test_newer_main_tree_lists_regions_and_precision(tmp_path):
         "torchtitan/__init__.py": "",
         "torchtitan/distributed/local_compile.py": "def apply_local_compile(regions): ...\n",
         "torchtitan/models/dsv3/model.py": """
+            '''Regions are declared with ``@local_compile("name")``.'''
+            # @local_compile("commented_out")
+            HELP = 'use @local_compile("in_a_string")'
             @local_compile("router", batch_invariant=True)
             def route(x): ...
             @local_compile(
@@ -62,9 +65,23 @@ def test_newer_main_tree_lists_regions_and_precision(tmp_path):
     })
     inventory = probe_tree(tree)
     assert inventory.region_api == "config_regions"
-    assert [(h.value, h.path) for h in inventory.regions] == [("router", "torchtitan/models/dsv3/model.py")]
+    # Read from the syntax: the docstring, the comment and the string declare nothing; a call
+    # spread over two lines does.
+    assert [(h.value, h.path, h.line) for h in inventory.regions] == [
+        ("router", "torchtitan/models/dsv3/model.py", 5), ("mla_qk", "torchtitan/models/dsv3/model.py", 7)]
     assert inventory.resolved_fp32_precision == "tf32"
     assert [h.value for h in inventory.override_kernels] == ["fused_mla"]
+
+
+def test_embedded_plan_lists_only_the_decorated_regions():
+    """A new user's plan listed a region `name` at local_compile.py:3: its docstring."""
+    from phases.local_compile_perf.plan import probe_inventory
+
+    inventory = probe_inventory(PROJECT_ROOT, kind="embedded")
+    assert inventory["regions"] == [
+        "swiglu (examples/moe_layer/experts.py:55)", "rms_norm (examples/moe_layer/norm.py:11)",
+        "rope (examples/moe_layer/rope.py:21)", "router (examples/moe_layer/router.py:17)"]
+    assert '@local_compile("name")' in (PROJECT_ROOT / "examples/moe_layer/local_compile.py").read_text()
 
 
 def test_older_tree_and_conflicting_precision(tmp_path):
@@ -95,7 +112,7 @@ def test_not_a_tree_names_the_path(tmp_path):
 def test_engine_side_modules_import_no_torch():
     code = (
         "import sys\n"
-        "import phases.local_compile_perf.harness, phases.local_compile_perf.workspace, "
+        "import phases.kit.harness, phases.local_compile_perf.workspace, "
         "phases.local_compile_perf.tree_adapter\n"
         "print('torch' in sys.modules)\n"
     )

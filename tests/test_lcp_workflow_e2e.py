@@ -90,7 +90,7 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     settings = subprocess.run(["git", "-C", str(target), "show", f"{entry['branch']}:examples/moe_layer/trainer_settings.py"],
                               capture_output=True, text=True).stdout
     assert '"router", "swiglu"' in settings
-    assert not list((state / "worktrees").rglob("*.pt")), "correctness captures left on disk"
+    assert not list((state / "scratch").rglob("*.pt")), "correctness captures left on disk"
     (checked,) = [r for r in snapshot["records"]["correctness"] if r["candidate"] == verdicts["narrow scores"]["id"]]
     assert checked["routing_replayed"] == ["1.ffn.router"]
     table = (run_dir / "artifacts" / checked["artifact"]).read_text()
@@ -99,6 +99,14 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     artifacts = run_dir / "artifacts"
     findings = (artifacts / "FINDINGS.md").read_text()
     assert "Rejected:" in findings and "conjugate RoPE" in findings and "Skill feedback:" in findings
+    # the stack's own code: per-layer compile of main vs the region stack vs per-layer compile of the rewrite
+    (code,) = snapshot["records"]["stack_code"]
+    assert code["commit"] == entry["commit"] and [t["tokens"] for t in code["per_tokens"]] == [16]
+    assert all(code["per_tokens"][0][k] for k in ("per_layer_main", "regions_stack", "per_layer_stack"))
+    assert "the rewrites move per-layer compile's glue" in code["per_tokens"][0]["reading"]
+    assert {o["region"] for o in code["ops"]} >= {"router", "swiglu"}
+    assert {o["region"] for o in code["ops"] if o["compiled"]} == {"router", "swiglu"}
+    assert "Per-layer compile of the stack's own code" in findings and "| what blocks it |" in findings
     pr_texts = sorted((artifacts / "pr").glob("*.md"))
     assert len(pr_texts) == 1 and lint_pr_text(pr_texts[0].read_text()) == []
     devlog = (artifacts / "devlog.md").read_text()

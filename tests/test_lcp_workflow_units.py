@@ -98,15 +98,17 @@ def test_traps_and_pr_answer_rules():
 
 
 def test_timing_ruling_differs_on_gpu_and_host_timer():
+    from phases.local_compile_perf.records import Cell
     from phases.local_compile_perf.screen_confirm import judge, rule_on_timing
 
     def row(t, samples):
-        return {"tokens": t, "cited": {"wall_ms": statistics.median(samples)}, "samples": {"wall_ms": samples}}
+        return Cell(variant="v", tree="eager", tokens=t, status="measured",
+                    cited={"wall_ms": statistics.median(samples)}, samples={"wall_ms": samples})
 
     win = judge(row(1, [10.0, 10.1, 9.9]), row(1, [9.0, 9.1, 8.9]))
     noise = judge(row(2, [10.0, 12.0, 8.0]), row(2, [9.5, 9.6, 9.4]))
     loss = judge(row(3, [10.0, 10.1, 9.9]), row(3, [11.0, 11.1, 10.9]))
-    assert [win["verdict"], noise["verdict"], loss["verdict"]] == ["win", "neutral", "loss"]
+    assert [win.verdict, noise.verdict, loss.verdict] == ["win", "neutral", "loss"]
     assert not rule_on_timing([win, noise, loss], cuda=True)["ok"]
     assert rule_on_timing([win, noise, loss], cuda=False)["ok"]
     host = rule_on_timing([loss, loss, win], cuda=False)
@@ -170,3 +172,55 @@ def test_findings_keep_a_rejected_candidates_confirmed_timing():
     assert ("- five rewrites (candidate/combined-replay) at correctness: fp32; confirmed first (wall_ms vs the stack, "
             "median of 3): 2048 tokens -21.6%, 16384 tokens -14.4%\n") in text
     assert "- norm only (candidate/residual-norm) at graph_budget: 7 > 6\n" in text
+
+
+def test_sizes_default_by_device_and_options_win():
+    from phases.local_compile_perf.plan import CPU_SIZES, resolve_sizes
+
+    unset = {"tokens": None, "per_layer_tokens": (), "warmup": None, "iters": None, "profile_steps": None, "runs": 3}
+    cuda = resolve_sizes(unset, "cuda")
+    assert cuda.tokens == (2048, 4096, 16384) == cuda.per_layer_tokens  # the skill's sizes stay the CUDA defaults
+    assert (cuda.timing.warmup, cuda.timing.iters, cuda.timing.profile_steps) == (5, 20, 5)
+    cpu = resolve_sizes(unset, "cpu")
+    assert cpu == CPU_SIZES and cpu.source == "cpu defaults" and "2 cores" in cpu.why
+    assert max(cpu.tokens) < 2048 and set(cpu.per_layer_tokens) < set(cpu.tokens) and cpu.timing.iters < 20
+    mixed = resolve_sizes({**unset, "tokens": (8, 16, 32), "iters": 3}, "cpu")
+    assert mixed.tokens == (8, 16, 32) == mixed.per_layer_tokens and mixed.timing.iters == 3
+    assert mixed.timing.warmup == CPU_SIZES.timing.warmup and mixed.source == "cpu defaults"
+    given = resolve_sizes({**unset, "tokens": (8, 16, 32), "per_layer_tokens": (16,), "warmup": 1, "iters": 3,
+                           "profile_steps": 1}, "cuda")
+    assert given.source == "given" and given.per_layer_tokens == (16,)
+
+
+def test_per_layer_tokens_need_explicit_tokens(tmp_path):
+    result = cli("start", "local-compile-perf", "--target", "embedded", "--per-layer-tokens", "512",
+                 state_dir=tmp_path / "s")
+    assert result.returncode == 2 and "--per-layer-tokens needs --tokens" in result.stderr
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
+
+
+def test_eta_from_the_steps_done():
+    from orchestrator.progress import Eta
+
+    now = [100.0]
+    eta = Eta(4, clock=lambda: now[0])
+    assert eta.describe() == "step 1 of 4, ETA after the first step"
+    now[0] += 30
+    eta.step_done()
+    assert eta.describe() == "step 2 of 4, ETA 1m30s"
+    now[0] += 3570
+    eta.step_done()
+    assert eta.describe() == "step 3 of 4, ETA 1h00m"
+
+
+def test_what_blocks_a_glue_op_names_its_evidence():
+    from phases.local_compile_perf.stack_code import blocker_text
+
+    common = {"notes": [], "per_call_ms": 1.0, "floor_ms": 0.1}
+    assert blocker_text(compiled=True, ratio=1.2, traffic=9.0, **common) == ""
+    assert blocker_text(compiled=False, ratio=9.0, traffic=9.0, **common).startswith("not compiled in the stack")
+    assert blocker_text(compiled=True, ratio=9.0, traffic=9.0, **common).startswith("the bytes, likely")
+    assert blocker_text(compiled=True, ratio=9.0, traffic=1.1, **common).startswith("the kernel")
+    overhead = blocker_text(compiled=True, ratio=9.0, traffic=9.0, notes=["blocker: rope: the cat"], per_call_ms=0.2,
+                            floor_ms=0.1)
+    assert overhead.startswith("call overhead") and overhead.endswith("; blocker: rope: the cat")

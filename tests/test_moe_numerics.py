@@ -122,9 +122,17 @@ class _Ctx:
         self.artifacts: dict[str, str] = {}
         self.measurements: list[dict] = []
         self.artifacts_dir = tmp
+        self.target = tmp  # no numerical_equivalence.py there, as in torchtitan 0.3.0
+        self.records: list[tuple[str, dict]] = []
 
     def progress(self, message: str) -> None:
         pass
+
+    def add_record(self, kind: str, record: dict) -> None:
+        self.records.append((kind, record))
+
+    def note(self, text: str, *, kind: str = "devlog") -> None:
+        self.records.append((kind, {"text": text}))
 
     def call_worker(self, func: str, request: dict, **_: Any) -> dict:
         return call_worker(func, request)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from phases.local_compile_perf.harness import HarnessSpec, fwd_bwd_step
+from phases.kit.harness import HarnessSpec, fwd_bwd_step
 
 from . import trainer_settings
 from .block import Block, BlockKind

@@ -56,16 +56,66 @@ def row_verdict(row: dict[str, Any] | None) -> str:
 
 
 def update_doc(text: str, values: dict[str, Any], *, render: Any) -> str:
+    """Add or replace this model's rows and sections; every other row and section stays as it was.
+
+    A document that already lists the model (the target's own MODEL_COMPATIBILITY.md) keeps its
+    names for it: the summary row's model name, the section heading ending in ``(model_type)`` and
+    the parallelism row whose name matches, so the model is replaced, not listed twice.
+    """
     key = values["model_type"]
-    text = md.upsert_table_row(text, section="Numerical Equivalence Summary", key_column=1, key=key,
+    values = {**values, "name": existing_name(text, key) or values["name"]}
+    text = md.upsert_table_row(text, section=SUMMARY, key_column=1, key=key,
                                row=render("compat_summary_row.md.j2", v=values).strip())
-    text = md.upsert_subsection(text, section="Architectural Differences per Model",
-                                heading=f"### {values['name']} ({key})",
+    heading = md.find_heading(text, section=ARCH, suffix=f"({key})") or f"### {values['name']} ({key})"
+    text = md.upsert_subsection(text, section=ARCH, heading=heading,
                                 body=render("compat_arch_section.md.j2", v=values))
-    text = md.upsert_table_row(text, section="Parallelism Support", key_column=0, key=values["name"],
-                               row=render("compat_parallel_row.md.j2", v=values).strip())
+    text = upsert_parallel_row(text, values, render=render)
     if values["core_issues"]:
-        text = md.upsert_subsection(text, section="Core Changes Needed for Full Support",
-                                    heading=f"### {values['name']} ({key})",
+        heading = md.find_heading(text, section=CORE, suffix=f"({key})") or f"### {values['name']} ({key})"
+        text = md.upsert_subsection(text, section=CORE, heading=heading,
                                     body=render("compat_core_section.md.j2", v=values))
     return text
+
+
+SUMMARY, ARCH, PARALLEL, CORE = ("Numerical Equivalence Summary", "Architectural Differences per Model",
+                                 "Parallelism Support", "Core Changes Needed for Full Support")
+
+
+def measured(cell: str) -> bool:
+    """A torchrun cell with a PASS or FAIL in it ("UNRUN (1 GPU) / not run" is not)."""
+    return any(part.strip().startswith(("PASS", "FAIL")) for part in cell.split(" / "))
+
+
+def existing_name(text: str, model_type: str) -> str | None:
+    _, rows = md.table(text, section=SUMMARY)
+    names = [cells[0] for cells in rows if len(cells) > 1 and cells[1] == model_type]
+    return names[0] if len(names) == 1 else None
+
+
+def upsert_parallel_row(text: str, values: dict[str, Any], *, render: Any) -> str:
+    """The row in the table's own columns; a torchrun cell not measured here keeps the row's earlier value."""
+    header, rows = md.table(text, section=PARALLEL)
+    ours = md._cells(render("compat_parallel_row.md.j2", v=values).strip())
+    match = matching_row(rows, values)
+    if match is not None:
+        ours[0] = match[0]
+        ours[1:3] = [new if measured(new) else old for new, old in zip(ours[1:3], match[1:3])]
+    width = len(header) or len(ours)
+    row = "| " + " | ".join(ours[:width] + [""] * (width - len(ours))) + " |"
+    return md.upsert_table_row(text, section=PARALLEL, key_column=0, key=ours[0], row=row)
+
+
+def matching_row(rows: list[list[str]], values: dict[str, Any]) -> list[str] | None:
+    """The one row named like the model (``Qwen3 MoE`` for qwen3_moe, ``Mixtral`` for Mixtral-8x7B)."""
+    keys = {_norm(values["name"]), _norm(values["model_type"])}
+    found = [cells for cells in rows if cells and _names_match(_norm(cells[0]), keys)]
+    return found[0] if len(found) == 1 else None
+
+
+def _names_match(cell: str, keys: set[str]) -> bool:
+    return any(cell == k or (len(cell) >= 5 and (k.startswith(cell) or cell.startswith(k) and len(k) >= 5))
+               for k in keys)
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())

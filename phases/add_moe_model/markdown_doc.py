@@ -51,9 +51,28 @@ def upsert_subsection(text: str, *, section: str, heading: str, body: str) -> st
             new.append("")
         lines[insert:insert] = new
         return "\n".join(lines)
+    if at + 1 < end and lines[at + 1].strip():  # the document's own style: body right under the heading
+        block.remove("")
     stop = next((i for i in range(at + 1, end) if lines[i].startswith("### ")), end)
     blanks = 0
     while stop - blanks - 1 > at and lines[stop - blanks - 1].strip() == "":
         blanks += 1
     lines[at:stop] = block + [""] * blanks
     return "\n".join(lines)
+
+
+def table(text: str, *, section: str) -> tuple[list[str], list[list[str]]]:
+    """Header cells and body rows (as cells) of the first table in ``section``."""
+    lines = text.split("\n")
+    start, end = _section_bounds(lines, section)
+    rows = [_cells(lines[i]) for i in range(start, end) if lines[i].lstrip().startswith("|")]
+    return (rows[0], rows[2:]) if len(rows) >= 2 else ([], [])
+
+
+def find_heading(text: str, *, section: str, suffix: str) -> str | None:
+    """The one ``###`` heading of ``section`` that ends with ``suffix`` (None when none or several)."""
+    lines = text.split("\n")
+    start, end = _section_bounds(lines, section)
+    found = [lines[i].strip() for i in range(start, end)
+             if lines[i].startswith("### ") and lines[i].strip().endswith(suffix)]
+    return found[0] if len(found) == 1 else None

@@ -10,6 +10,11 @@ route: PASS -> "pass"; WARN, FAIL, or a PASS that the spread carries across 1e-6
 "PASS|WARN") -> "gap" (Phase 3c is mandatory then); ERROR, SKIP or a failed state-dict
 round trip -> needs_agent with the skill's triage as issues.
 
+Where the target ships the skill's numerical_equivalence.py, that script runs too, for the
+same model (``tree_scripts``): its verbatim output and parsed verdict sit beside ours, with
+which verdict stands and why. When the kernel kills the two-dtype worker (Mixtral-sized
+experts on a small machine), the bf16 verdict runs alone and the trail says so.
+
 Thresholds live in the worker module as our constants; nothing is read from the target.
 Engine side: no torch import here or at import time of the worker module.
 """
@@ -21,7 +26,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.add_moe_model import tree_scripts
 from phases.add_moe_model.memory_budget import memory_shortfall
 
 WORKER = "phases.add_moe_model.work.numerics:compare_dtypes"
@@ -32,6 +39,8 @@ DIAGNOSTIC_DTYPE = "float32"
 # different block (observed: gemma4_text KL 4.4e-08 with cos 0.949 in bf16 and fp32).
 # Healthy models stayed above 0.99999 in the fp32 diagnostic on this CPU.
 DIAGNOSTIC_COS_FLOOR = 0.9999
+# The workers meet a target they do not know: a finding that ends the phase, never a triage for the agent.
+UNKNOWN_TARGET = {"UnknownMoeLayout": "unknown_moe_layout", "UnknownTargetApi": "unknown_target_api"}
 METRIC_UNITS = {"kl": "nats", "cos_sim": "ratio", "max_diff": "abs", "mean_diff": "abs"}
 
 
@@ -60,13 +69,26 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return PhaseResult(outcome="failed", summary=shortfall, data={"code": "insufficient_memory"})
     request = build_request(entry, options=ctx.options)
     ctx.progress(f"{request['model_type']} in {', '.join(request['dtypes'])}")
-    answer = ctx.call_worker(WORKER, request, label="numerics")
+    answer = call_compare(ctx, request)
     results = [CompareResult.model_validate(r) for r in answer["results"]]
     ctx.write_artifact("numerics.json", json.dumps([r.model_dump() for r in results], indent=2, sort_keys=True))
     ctx.write_artifact("numerics.txt", ctx.render("numerics_table.txt.j2", table=build_table(results)))
     for result in results:
         record_metrics(ctx, result)
-    return decide(results)
+    return tree_scripts.attach(ctx, decide(results))
+
+
+def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
+    """Both dtypes in one worker; when the kernel kills it (SIGKILL: memory), the bf16 verdict alone."""
+    try:
+        return ctx.call_worker(WORKER, request, label="numerics")
+    except WorkerFailed as exc:
+        if "(exit -9)" not in str(exc) or request["dtypes"] == [VERDICT_DTYPE]:
+            raise
+    ctx.note(f"numerics worker was killed (exit -9, SIGKILL: most likely out of memory) comparing "
+             f"{', '.join(request['dtypes'])}; the {VERDICT_DTYPE} verdict runs alone, without the "
+             f"{DIAGNOSTIC_DTYPE} diagnostic", kind="finding")
+    return ctx.call_worker(WORKER, {**request, "dtypes": [VERDICT_DTYPE]}, label="numerics verdict only")
 
 
 def resolve_synthetic_entry(results: dict[str, dict[str, Any]]) -> dict[str, Any] | Issue:
@@ -125,6 +147,8 @@ def decide(results: list[Any]) -> PhaseResult:
     data["diagnostic_flags"] = flags
     line = _summary_line(verdict) + "".join(f"; {f}" for f in flags)
     issues = triage(verdict)
+    if any(i.code in UNKNOWN_TARGET.values() for i in issues):
+        return PhaseResult(outcome="failed", summary=line, data=data, issues=tuple(issues))
     if issues:
         return PhaseResult(outcome="needs_agent", summary=line, data=data, issues=tuple(issues))
     edge = (verdict.firmness or {}).get("edge")
@@ -182,7 +206,11 @@ def triage_error(model_type: str, error_type: str, error: str) -> Issue:
     if "load_state_dict" in text or "size mismatch" in text:
         return Issue(code="adapter_shape_mismatch", message=f"{model_type}: {error}",
                      fix_location="state_dict_adapter.py")
-    if "grouped_mm" in text or ("runtimeerror" in text and "shape" in text):
+    if error_type in UNKNOWN_TARGET:
+        return Issue(code=UNKNOWN_TARGET[error_type], message=f"{model_type}: {error}",
+                     fix_location="phases/add_moe_model/work/layout.py (the workflow's worker does not know "
+                                  "this part of the target; the target is not at fault)")
+    if "grouped_mm" in text or ("shape" in text and ("experts" in text or "grouped" in text)):
         return Issue(code="grouped_mm_shape_error", message=f"{model_type}: {error}",
                      fix_location="expert weight shapes: layout detection in moe_replacement.py, "
                                   "transpose in state_dict_adapter.py")

@@ -54,6 +54,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
     entry = ctx.results["synthetic_config"]["entry"]
     request = {"model_type": entry["model_type"], "config_kwargs": entry}
     checks = ctx.call_worker(BUILD_CHECK, request, label="sharding build check")["results"]
+    for check in checks:
+        if declared_unsupported(check):
+            check["status"] = "UNSUPPORTED"
     assets = ctx.call_worker(ASSETS, request, label="trainer assets")
     paths = write_assets(ctx, assets["files"])
     record_environment(ctx, assets)
@@ -131,13 +134,20 @@ def handed_back_rows(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
     rows = data["rows"]
+    unsupported = [str(r["world_size"]) for r in data["build_check"] if r["status"] == "UNSUPPORTED"]
+    said = f" (world {', '.join(unsupported)}: the target declares the layout unsupported)" if unsupported else ""
     summary = (f"build check {sum(r['status'] == 'PASS' for r in data['build_check'])}/{len(data['build_check'])} "
-               "PASS; torchrun: " + ", ".join(f"{r['config']} {r['status']}" for r in rows))
+               f"PASS{said}; torchrun: " + ", ".join(f"{r['config']} {r['status']}" for r in rows))
+    unknown = [Issue(code="unknown_target_api", message=f"world {r['world_size']}: {r['error']}",
+                     fix_location="phases/add_moe_model/work/build_check.py (the workflow's worker; the target "
+                                  "is not at fault)") for r in data["build_check"] if unknown_api(r)]
+    if unknown:
+        return PhaseResult(outcome="failed", summary=summary, data=data, issues=tuple(unknown))
     issues = [Issue(code="module_without_sharding_config",
                     message=f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r['error'] or ''} "
                             f"unsharded: {', '.join(r['unsharded_modules']) or '-'}",
                     fix_location="hf_sharding.py (_set_layer_sharding_configs / set_hf_sharding_configs)")
-              for r in data["build_check"] if r["status"] != "PASS"]
+              for r in data["build_check"] if r["status"] == "FAIL"]
     issues += [Issue(code="torchrun_failed", message=f"{r['config']}: {r['error']} (root cause: {r['root_cause']})",
                      fix_location="experiment code (see the row's log)")
                for r in rows if r["status"] == "FAIL" and r.get("fixable")]
@@ -148,6 +158,18 @@ def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
         return PhaseResult(outcome="needs_human", summary=summary + f"; {len(unrun)} row(s) unrun", data=data,
                            questions=(unrun_question(ctx.run_id, unrun),))
     return PhaseResult(outcome="passed", summary=summary, data=data)
+
+
+def declared_unsupported(row: dict[str, Any]) -> bool:
+    """The target's own sharding code raised NotImplementedError: a limitation it states, not a bug to fix.
+
+    e.g. main's hf_sharding refuses TP for GLM-5's DSA indexer; its parallelism table lists FSDP/EP only.
+    """
+    return row["status"] == "FAIL" and (row.get("error") or "").startswith("NotImplementedError")
+
+
+def unknown_api(row: dict[str, Any]) -> bool:
+    return (row.get("error") or "").startswith("UnknownTargetApi")
 
 
 def unrun_question(run_id: str, unrun: list[dict[str, Any]]) -> Question:

@@ -112,12 +112,9 @@ def frozen_thresholds_guard(state: dict[str, Any]) -> Violation | None:
     repo, base = open_repo(state["target"]), state["base"]["commit"]
     problems = []
     for path in FROZEN:
-        try:
-            before = repo.git.show(f"{base}:{path}")
-        except Exception:  # noqa: BLE001 (absent at base: torchtitan 0.3.0 ships neither script)
-            before = None
+        before = base_text(repo, base, path)
         file = Path(repo.working_tree_dir) / path
-        after = file.read_text(encoding="utf-8") if file.is_file() else None
+        after = file.read_bytes().decode("utf-8") if file.is_file() else None
         if before == after:
             continue
         if before is None or after is None:
@@ -130,6 +127,19 @@ def frozen_thresholds_guard(state: dict[str, Any]) -> Violation | None:
         return None
     return Violation(message="frozen numerics code changed (thresholds and comparison logic stay as at the base): "
                              + "; ".join(problems), paths=tuple(p for p in FROZEN))
+
+
+def base_text(repo: Any, commit: str, path: str) -> str | None:
+    """The file's exact text at ``commit`` (None when absent there, as in torchtitan 0.3.0).
+
+    Read from the blob, not ``git show``: GitPython strips the trailing newline of a
+    command's output, which made an untouched script look changed.
+    """
+    try:
+        blob = repo.commit(commit).tree / path
+    except KeyError:
+        return None
+    return blob.data_stream.read().decode("utf-8")
 
 
 def parallelism_rows_accounted(events: list[dict[str, Any]], state: dict[str, Any]) -> list[tuple[int, str]]:

@@ -1,6 +1,6 @@
-"""Confirm a number as the median of fresh processes, watching the GPU for intruders.
+"""One fresh process of a confirmation, watching the GPU for intruders.
 
-Each run is a new process of ``command`` (typically ``python -m phases.kit.measure_once``)
+Each run is a new process of ``command`` (typically a measurement script)
 that prints one ``RESULT {json}`` line on success. Only that run's own output is parsed: a
 run that exits non-zero or prints no RESULT is a FAILED row, so a crash can never reuse an
 earlier run's result. While a run is alive, ``nvidia-smi --query-compute-apps=pid`` is polled
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from phases.kit.records import Confirmation, NotApplicable, RunOutcome
+from phases.kit.records import RunOutcome
 
 RESULT_PREFIX = "RESULT "
 POLL_INTERVAL_S = 0.5
@@ -94,49 +94,3 @@ def run_once(
         foreign_pids=tuple(sorted(foreign)),
         log_tail=output[-2000:],
     )
-
-
-def confirm_in_fresh_processes(
-    command: Sequence[str],
-    *,
-    runs: int = 3,
-    env: Mapping[str, str] | None = None,
-    poll_gpu: bool = True,
-    metric: str = "wall_ms",
-    timeout_s: float = 600,
-) -> Confirmation:
-    """Run ``command`` ``runs`` times, each in a fresh process, and collect ``metric``.
-
-    Args:
-        command: argv of one measurement; must print ``RESULT {json}`` with ``metric``.
-        runs: fresh processes (3 for a cited number).
-        env: extra environment for every run.
-        poll_gpu: poll nvidia-smi during each run for foreign compute processes.
-        metric: top-level key of the RESULT json that becomes a sample.
-        timeout_s: per run; a run killed at the limit is FAILED.
-
-    Returns:
-        Confirmation with every run (ok or FAILED), the samples of the ok runs, and whether
-        GPU polling was possible here.
-    """
-    can_poll = poll_gpu and probe_gpu_pids() is not None
-    outcomes = [run_once(command, index=i, env=env, poll_gpu=can_poll, timeout_s=timeout_s) for i in range(runs)]
-    outcomes = [_check_metric(o, metric) for o in outcomes]
-    gpu_poll = "nvidia-smi" if can_poll else NotApplicable(
-        reason="GPU polling disabled" if not poll_gpu else "nvidia-smi not available: no GPU on this host"
-    )
-    return Confirmation(
-        command=tuple(command),
-        runs=tuple(outcomes),
-        metric=metric,
-        samples=tuple(float(o.result[metric]) for o in outcomes if o.status == "ok"),
-        gpu_poll=gpu_poll,
-    )
-
-
-def _check_metric(outcome: RunOutcome, metric: str) -> RunOutcome:
-    """A RESULT without the metric is FAILED too (the run did not measure what was asked)."""
-    if outcome.status == "ok" and not isinstance((outcome.result or {}).get(metric), (int, float)):
-        tail = f"{outcome.log_tail}\nRESULT has no numeric {metric!r}"
-        return outcome.model_copy(update={"status": "FAILED", "log_tail": tail[-2000:]})
-    return outcome

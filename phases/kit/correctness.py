@@ -18,14 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from phases.kit.records import Comparison, Correctness, TensorDiff
 
 if TYPE_CHECKING:
     import torch
 
-    from phases.local_compile_perf.harness import Harness, Workload
+    from phases.kit.harness import Harness, Workload
 
 BF16_ULP_REL_TOL = 2.0**-7
 """~1 bf16 ulp as a relative error: bf16 keeps 8 significant bits (7 stored + 1 implicit),
@@ -282,7 +280,7 @@ def check_correctness(
         Correctness: 2 same-dtype comparisons, 2 vs-fp64 comparisons, downcasts found in
         the fp64 reference.
     """
-    from phases.kit.measure_once import build_tree_workload, resolve_dtype
+    from phases.kit.harness import build_tree_workload, resolve_dtype
 
     def builder(tree: str) -> Callable[[str], "Workload"]:
         return lambda name: build_tree_workload(harness, "eager" if name == "fp64" else tree, tokens=tokens,
@@ -294,26 +292,3 @@ def check_correctness(
     harness.bind_regions([])
     return Correctness(comparisons=compare_dtypes(candidate.tensors, reference, names=(candidate_tree, "eager")),
                        reference_dtype="float64", reference_downcasts=reference.downcasts, seed=seed)
-
-
-class CorrectnessRequest(BaseModel):
-    """Worker input of ``correctness_worker``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
-    candidate_tree: str
-    """A measure_once tree, e.g. "regions:rope,router"."""
-    tokens: int
-    device: str = "cuda"
-    seed: int = 0
-    num_layers: int = 2
-
-
-def correctness_worker(request: dict) -> dict:
-    """Worker entry ``phases.kit.correctness:correctness_worker``: CorrectnessRequest -> Correctness."""
-    from phases.local_compile_perf.harness import load_harness
-
-    req = CorrectnessRequest.model_validate(request)
-    res = check_correctness(load_harness(req.harness), candidate_tree=req.candidate_tree, tokens=req.tokens,
-                            device=req.device, seed=req.seed, num_layers=req.num_layers)
-    return res.model_dump(mode="json")

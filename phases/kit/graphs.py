@@ -11,16 +11,15 @@ their cache entries. The headroom target is 75% of the limit (6 of the default 8
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
+from phases.kit.harness import HarnessRequest
 from phases.kit.records import GraphCount
 
 if TYPE_CHECKING:
     import torch
 
-    from phases.local_compile_perf.harness import Harness
+    from phases.kit.harness import Harness
 
 HEADROOM_SHARE = 0.75
 """Graphs allowed per function as a share of recompile_limit (6 of 8)."""
@@ -99,34 +98,63 @@ def build_shape_pass(
     return run_all_shapes
 
 
-class GraphBudgetRequest(BaseModel):
+def find_region_slots() -> dict[str, Any]:
+    """Region name -> its binding record (has ``fn`` and ``compiled``), found on loaded modules.
+
+    A region wrapper carries ``region_name`` and closes over the record the binder fills;
+    the record is what the wrapper calls when ``compiled`` is set.
+    """
+    import inspect
+    import sys
+
+    slots: dict[str, Any] = {}
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            # NOTE: plain functions only; getattr on arbitrary module globals has side effects
+            # (ctypes loaders try to dlopen the attribute name).
+            if not inspect.isfunction(value):
+                continue
+            name = getattr(value, "region_name", None)
+            if not isinstance(name, str) or name in slots:
+                continue
+            for cell in getattr(value, "__closure__", None) or ():
+                contents = cell.cell_contents
+                if hasattr(contents, "fn") and hasattr(contents, "compiled"):
+                    slots[name] = contents
+    return slots
+
+
+def region_functions(harness: "Harness", regions: Sequence[str]) -> dict[str, Callable[..., object]]:
+    """The functions of ``regions`` whose cache entries count: the harness's own mapping when it
+    has one, else the binding slots of the loaded region wrappers."""
+    functions = dict(getattr(harness, "region_functions", {}) or {})
+    slots = find_region_slots()
+    functions.update({n: slots[n].fn for n in regions if n not in functions and n in slots})
+    return {n: f for n, f in functions.items() if n in regions}
+
+
+class GraphBudgetRequest(HarnessRequest):
     """Worker input of ``graph_budget_worker``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
-    """"module.path:factory" of the harness."""
     regions: tuple[str, ...]
     tokens: tuple[int, ...]
     """Every training token count; each also gets a no_grad pass."""
-    device: str = "cuda"
     dtype: str = "bf16"
-    seed: int = 0
     num_layers: int = 2
 
 
 def graph_budget_worker(request: dict) -> dict:
     """Worker entry ``phases.kit.graphs:graph_budget_worker``: GraphBudgetRequest -> GraphCount.
 
-    Per-function counts come from the harness's ``region_functions`` mapping when it has
-    one; otherwise only the global ``unique_graphs`` is reported.
+    Counted per region from the region functions' cache entries (``region_functions``).
     """
-    from phases.kit.measure_once import resolve_dtype
-    from phases.local_compile_perf.harness import load_harness
+    from phases.kit.harness import load_harness, resolve_dtype
 
     req = GraphBudgetRequest.model_validate(request)
     harness = load_harness(req.harness)
     harness.bind_regions(list(req.regions))
     run = build_shape_pass(harness, tokens=req.tokens, device=req.device, dtype=resolve_dtype(req.dtype),
                            seed=req.seed, num_layers=req.num_layers)
-    functions = {n: f for n, f in getattr(harness, "region_functions", {}).items() if n in req.regions}
-    return count_graphs(run, functions=functions).model_dump(mode="json")
+    count = count_graphs(run, functions=region_functions(harness, req.regions))
+    harness.bind_regions([])
+    return count.model_dump(mode="json")

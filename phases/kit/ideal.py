@@ -1,4 +1,4 @@
-"""Ideal times from the bytes ops really move, and the ``op | measured | ideal | gap`` table.
+"""Ideal times from the bytes ops really move: eager traffic per op, boundary traffic per glue op.
 
 ``record_op_bytes`` runs a function in eager under a TorchDispatchMode and, for every aten
 op that touches memory, adds up the bytes of its tensor arguments (read) and tensor results
@@ -13,9 +13,9 @@ grads written. ``ideal_ms`` turns bytes into time at a measured bandwidth.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from phases.kit.records import GapRow, OpBytes
+from phases.kit.records import OpBytes
 
 if TYPE_CHECKING:
     import torch
@@ -116,38 +116,3 @@ def sum_bytes(ops: Iterable[OpBytes]) -> dict[str, int]:
     for op in ops:
         total[op.phase] += op.bytes_moved
     return total
-
-
-def build_gap_table(
-    ideal_bytes: Mapping[str, Mapping[str, int]],
-    *,
-    measured_ms: Mapping[str, Mapping[str, float]],
-    bandwidth_tbs: float,
-    best_known_ms: Mapping[str, float] | None = None,
-) -> tuple[GapRow, ...]:
-    """``op | measured | ideal | gap`` rows, one per (glue op, phase), largest gap first.
-
-    Args:
-        ideal_bytes: glue op -> {"fwd": bytes, "bwd": bytes} (from boundary_bytes).
-        measured_ms: glue op -> {"fwd": ms, "bwd": ms}; every op in ideal_bytes needs both.
-        bandwidth_tbs: measured bandwidth of this device.
-        best_known_ms: glue op -> ms of the best known kernel (fwd+bwd), when benchmarked.
-
-    Raises:
-        ValueError: listing every op/phase that has bytes but no measured time.
-    """
-    missing = [f"{op}/{ph}" for op, by in ideal_bytes.items() for ph in by if ph not in measured_ms.get(op, {})]
-    if missing:
-        raise ValueError(f"build_gap_table: no measured time for {', '.join(missing)}; measure them first")
-    rows = [
-        GapRow(
-            op=op,
-            phase=ph,
-            measured_ms=measured_ms[op][ph],
-            ideal_ms=ideal_ms(nbytes, bandwidth_tbs),
-            best_known_ms=(best_known_ms or {}).get(op),
-        )
-        for op, by in ideal_bytes.items()
-        for ph, nbytes in by.items()
-    ]
-    return tuple(sorted(rows, key=lambda r: -r.gap_ms))

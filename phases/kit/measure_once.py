@@ -18,37 +18,21 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from phases.kit.harness import DTYPES, TREE_FORMS, HarnessRequest, HarnessSpec, TimingKnobs
 from phases.kit.records import KernelRow, KernelTable, NotApplicable, Timing
-from phases.local_compile_perf.harness import HarnessSpecRecord
 
-if TYPE_CHECKING:
-    import torch
-
-    from phases.local_compile_perf.harness import Harness, HarnessSpec, Workload
-
-DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
-TREE_FORMS = "eager | upstream | per_layer | regions:NAME[,NAME...]"
-
-
-class MeasureRequest(BaseModel):
+class MeasureRequest(HarnessRequest):
     """Worker input of ``measure_tree_worker`` (and the CLI's flags)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
-    """"module.path:factory" of the harness, imported in the worker."""
     tree: str
     tokens: int
-    device: str = "cuda"
     dtype: str = "bf16"
-    seed: int = 0
     num_layers: int = 2
-    warmup: int = 5
-    iters: int = 20
-    profile_steps: int = 5
+    timing: TimingKnobs = TimingKnobs()
     cuda_graph: bool = True
     target: str = "."
     """Checkout whose commit goes into provenance."""
@@ -60,7 +44,7 @@ class MeasureResult(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     harness: str
-    spec: HarnessSpecRecord
+    spec: HarnessSpec
     tree: str
     regions: tuple[str, ...]
     per_layer_compile: bool
@@ -79,46 +63,6 @@ class MeasureResult(BaseModel):
     provenance: dict
 
 
-def resolve_tree(spec: "HarnessSpec", tree: str) -> tuple[tuple[str, ...], bool]:
-    """(regions to bind, compile per layer) for a tree name; unknown regions are left to bind_regions."""
-    if tree == "eager":
-        return (), False
-    if tree == "upstream":
-        return tuple(spec.upstream_regions), False
-    if tree == "per_layer":
-        return (), True
-    if tree.startswith("regions:"):
-        return tuple(r for r in tree.removeprefix("regions:").split(",") if r), False
-    raise ValueError(f"measure_once: unknown tree {tree!r}; use {TREE_FORMS}")
-
-
-def resolve_dtype(name: str) -> "torch.dtype":
-    import torch
-
-    if name not in DTYPES:
-        raise ValueError(f"measure_once: unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
-    return getattr(torch, DTYPES[name])
-
-
-def build_tree_workload(
-    harness: "Harness", tree: str, *, tokens: int, device: str, dtype: "torch.dtype", seed: int, num_layers: int = 2
-) -> "Workload":
-    """Bind the tree's regions (process-wide), build the workload, compile per block if asked."""
-    regions, per_layer = resolve_tree(harness.spec, tree)
-    harness.bind_regions(list(regions))
-    workload = harness.build(tokens=tokens, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
-    if per_layer:
-        harness.compile_per_layer(workload)
-    return workload
-
-
-def set_fp32_precision(precision: str) -> None:
-    """Match the trainer's fp32 matmul precision ("ieee" | "tf32")."""
-    import torch
-
-    torch.backends.cuda.matmul.fp32_precision = precision
-
-
 def measure_tree(req: MeasureRequest) -> MeasureResult:
     """Build, time, profile and (on CUDA) replay one tree; see the module docstring."""
     from orchestrator.progress import report
@@ -126,22 +70,23 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
     from phases.kit.profile import profile_kernels
     from phases.kit.provenance import collect_provenance
     from phases.kit.timing import measure_step
-    from phases.local_compile_perf.harness import load_harness
+    from phases.kit.harness import build_tree_workload, load_harness, resolve_dtype, resolve_tree, set_fp32_precision
 
     harness = load_harness(req.harness)
     set_fp32_precision(harness.spec.fp32_precision)
     report(f"building {req.harness} tree={req.tree} tokens={req.tokens} on {req.device}")
     workload = build_tree_workload(harness, req.tree, tokens=req.tokens, device=req.device,
                                    dtype=resolve_dtype(req.dtype), seed=req.seed, num_layers=req.num_layers)
-    report(f"timing {req.warmup} warm-up + {req.iters} steps")
-    timing = measure_step(workload.step, warmup=req.warmup, iters=req.iters, device=req.device)
-    report(f"profiling {req.profile_steps} steps")
-    kernels = profile_kernels(workload.step, steps=req.profile_steps, device=req.device)
-    graph = (measure_cuda_graph_replay(workload.step, iters=req.iters, device=req.device)
+    knobs = req.timing
+    report(f"timing {knobs.warmup} warm-up + {knobs.iters} steps")
+    timing = measure_step(workload.step, warmup=knobs.warmup, iters=knobs.iters, device=req.device)
+    report(f"profiling {knobs.profile_steps} steps")
+    kernels = profile_kernels(workload.step, steps=knobs.profile_steps, device=req.device)
+    graph = (measure_cuda_graph_replay(workload.step, iters=knobs.iters, device=req.device)
              if req.cuda_graph else NotApplicable(reason="CUDA-graph replay not requested"))
     regions, per_layer = resolve_tree(harness.spec, req.tree)
     return MeasureResult(
-        harness=req.harness, spec=HarnessSpecRecord.from_spec(harness.spec), tree=req.tree, regions=regions,
+        harness=req.harness, spec=harness.spec, tree=req.tree, regions=regions,
         per_layer_compile=per_layer, tokens=req.tokens, dtype=req.dtype,
         ac_mode=harness.spec.ac_mode, fp32_precision=harness.spec.fp32_precision,
         wall_ms=timing.median_ms, timing=timing,
@@ -194,7 +139,7 @@ def parse_args(argv: Sequence[str]) -> MeasureRequest:
     a = p.parse_args(list(argv))
     return MeasureRequest(
         harness=a.harness, tree=a.tree, tokens=a.tokens, device=a.device, dtype=a.dtype, seed=a.seed,
-        num_layers=a.num_layers, warmup=a.warmup, iters=a.iters, profile_steps=a.profile_steps,
+        num_layers=a.num_layers, timing=TimingKnobs(warmup=a.warmup, iters=a.iters, profile_steps=a.profile_steps),
         cuda_graph=not a.no_cuda_graph, target=a.target, command=_argv(),
     )
 

@@ -175,24 +175,6 @@ class OpBytes(Record):
         return self.bytes_read + self.bytes_written
 
 
-class GapRow(Record):
-    """``op | measured | ideal | gap`` for one glue op."""
-
-    op: str
-    phase: Literal["fwd", "bwd", "fwd+bwd"]
-    measured_ms: float
-    ideal_ms: float
-    best_known_ms: float | None = None
-
-    @property
-    def gap_ms(self) -> float:
-        return self.measured_ms - self.ideal_ms
-
-    @property
-    def ratio(self) -> float:
-        return self.measured_ms / self.ideal_ms if self.ideal_ms else float("inf")
-
-
 class Candidate(Record):
     """An input row of the ranking."""
 
@@ -248,31 +230,6 @@ class RunOutcome(Record):
     foreign_pids: tuple[int, ...] = ()
     """GPU compute processes seen during the run that were not this run's."""
     log_tail: str = ""
-
-
-class Confirmation(Record):
-    command: tuple[str, ...]
-    runs: tuple[RunOutcome, ...]
-    metric: str
-    samples: tuple[float, ...]
-    """``metric`` of each successful run, in run order."""
-    gpu_poll: Literal["nvidia-smi"] | NotApplicable
-
-    @property
-    def median(self) -> float:
-        return median_of(self.samples)
-
-    @property
-    def spread_pct(self) -> float:
-        return spread_pct_of(self.samples)
-
-    @property
-    def failed(self) -> tuple[int, ...]:
-        return tuple(r.index for r in self.runs if r.status == "FAILED")
-
-    @property
-    def contaminated(self) -> tuple[int, ...]:
-        return tuple(r.index for r in self.runs if r.foreign_pids)
 
 
 class TensorDiff(Record):

@@ -11,84 +11,83 @@ compile at token counts left out by ``--per-layer-tokens``.
 
 from __future__ import annotations
 
-from typing import Any
 
+from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.local_compile_perf.confirmed import build_cells, record_cells
-from phases.local_compile_perf.devlog import log
-from orchestrator.phase_api import Issue, PhaseResult
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
+from phases.local_compile_perf.work.traps import TrapRequest
 
 CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
 TRAPS = "phases.local_compile_perf.work.traps:run_trap_checks"
 
 
-def run(ctx: Any) -> PhaseResult:
-    plan = ctx.results["plan"]
-    traps = ctx.call_worker(TRAPS, {"harness": plan["harness"], "tokens": min(plan["tokens"]),
-                                    "device": plan["device"]}, label="traps")
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
+    plan = ctx.result("plan", Plan)
+    traps = ctx.call_worker(TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device)
+                            .model_dump(mode="json"), label="traps")
     failed = [f for f in traps["findings"] if f["status"] != "pass"]
     log(ctx, "trap checks: " + "; ".join(f"{f['trap']} {f['status']}" for f in traps["findings"]), kind="measurement")
     if failed:
         return PhaseResult(
             outcome="failed", summary=f"baselines refused: {len(failed)} measurement trap(s) failed",
             data={"traps": traps},
-            issues=tuple(Issue(code=f"trap_{f['trap']}", message=f["message"], fix_location=plan["harness"])
+            issues=tuple(Issue(code=f"trap_{f['trap']}", message=f["message"], fix_location=plan.harness)
                          for f in failed))
-    answer = ctx.call_worker(CONFIRM, confirm_request(ctx, plan), label="baselines")
-    rows = build_cells(answer, runs=ctx.options["runs"]) + not_applicable_rows(plan)
+    answer = ctx.call_worker(CONFIRM, confirm_request(ctx, plan).model_dump(mode="json"), label="baselines")
+    rows = build_cells(answer, runs=plan.sizes.runs) + not_applicable_rows(plan)
     record_cells(ctx, rows, purpose="baseline")
-    broken = [r for r in rows if r["status"] == "failed"]
+    broken = [r for r in rows if r.status == "failed"]
     for row in rows:
         log(ctx, describe_row(row), kind="measurement")
     ctx.write_artifact("baselines.md", ctx.render("lcp_baselines.md.j2", plan=plan, rows=rows, traps=traps,
-                                                  runs=ctx.options["runs"], gpu_poll=answer["gpu_poll"]))
-    data = {"traps": traps, "rows": [_slim(r) for r in rows], "gpu_poll": answer["gpu_poll"], "orders": answer["orders"]}
+                                                  runs=plan.sizes.runs, gpu_poll=answer["gpu_poll"]))
+    data = Baselines(traps=traps, rows=tuple(r.slim() for r in rows), gpu_poll=answer["gpu_poll"],
+                     orders=answer["orders"]).model_dump(mode="json")
     if broken:
         return PhaseResult(outcome="failed", summary=f"baselines: {len(broken)} cell(s) FAILED", data=data,
-                           issues=tuple(Issue(code="baseline_failed", message=f"{r['variant']} at {r['tokens']}: "
-                                              f"{r['reason']}; see the worker log", fix_location=plan["harness"])
+                           issues=tuple(Issue(code="baseline_failed", message=f"{r.variant} at {r.tokens}: "
+                                              f"{r.reason}; see the worker log", fix_location=plan.harness)
                                         for r in broken))
-    return PhaseResult(outcome="passed", summary=f"baselines: {sum(r['status'] == 'measured' for r in rows)} cells "
-                                                 f"measured, {ctx.options['runs']} fresh processes each", data=data)
+    return PhaseResult(outcome="passed", summary=f"baselines: {sum(r.status == 'measured' for r in rows)} cells "
+                                                 f"measured, {plan.sizes.runs} fresh processes each", data=data)
 
 
-def trees_for(plan: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
+def trees_for(plan: Plan) -> list[tuple[str, str, tuple[int, ...]]]:
     """(variant, tree, tokens) to measure: upstream only where the harness has regions."""
-    trees = [("eager", "eager", plan["tokens"])]
-    if plan["kind"] != "hf":
-        trees.append(("upstream", "upstream", plan["tokens"]))
-    trees.append(("per_layer", "per_layer", plan["per_layer_tokens"]))
+    trees = [("eager", "eager", plan.tokens)]
+    if plan.kind != "hf":
+        trees.append(("upstream", "upstream", plan.tokens))
+    trees.append(("per_layer", "per_layer", plan.sizes.per_layer_tokens))
     return trees
 
 
-def confirm_request(ctx: Any, plan: dict[str, Any]) -> dict[str, Any]:
-    opts = ctx.options
-    variants = [{"name": name, "checkout": str(ctx.target), "tree": tree, "tokens": tokens}
-                for name, tree, tokens in trees_for(plan)]
-    return {"harness": plan["harness"], "device": plan["device"], "variants": variants, "runs": opts["runs"],
-            "warmup": opts["warmup"], "iters": opts["iters"], "profile_steps": opts["profile_steps"]}
+def confirm_request(ctx: PhaseContext, plan: Plan) -> ConfirmRequest:
+    variants = tuple(Variant(name=name, checkout=str(ctx.target), tree=tree, tokens=tokens)
+                     for name, tree, tokens in trees_for(plan))
+    return ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
+                          timing=plan.timing)
 
 
-def not_applicable_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
+def not_applicable_rows(plan: Plan) -> list[Cell]:
     rows = []
-    if plan["kind"] == "hf":
-        rows += [{"variant": "upstream", "tree": "upstream", "tokens": t, "status": "not_applicable",
-                  "reason": "an HF harness has no regions: only eager vs per-layer compile"} for t in plan["tokens"]]
-    skipped = [t for t in plan["tokens"] if t not in plan["per_layer_tokens"]]
-    rows += [{"variant": "per_layer", "tree": "per_layer", "tokens": t, "status": "not_applicable",
-              "reason": f"per-layer compile measured at {plan['per_layer_tokens']} only (--per-layer-tokens): "
-                        "its cold compile per shape does not fit this host's budget"} for t in skipped]
+    if plan.kind == "hf":
+        rows += [Cell(variant="upstream", tree="upstream", tokens=t, status="not_applicable",
+                      reason="an HF harness has no regions: only eager vs per-layer compile") for t in plan.tokens]
+    per_layer = list(plan.sizes.per_layer_tokens)
+    skipped = [t for t in plan.tokens if t not in per_layer]
+    rows += [Cell(variant="per_layer", tree="per_layer", tokens=t, status="not_applicable",
+                  reason=f"per-layer compile measured at {per_layer} only ({plan.sizes.source}): "
+                         "its cold compile per shape does not fit this host's budget") for t in skipped]
     return rows
 
 
-def describe_row(row: dict[str, Any]) -> str:
-    if row["status"] != "measured":
-        return f"{row['variant']} at {row['tokens']} tokens: {row['status']} ({row['reason']})"
-    c = row["cited"]
+def describe_row(row: Cell) -> str:
+    if row.status != "measured":
+        return f"{row.variant} at {row.tokens} tokens: {row.status} ({row.reason})"
+    c = row.cited
     replay = f", replay {c['replay_ms']:.3f} ms" if "replay_ms" in c else ", replay n/a"
-    return (f"{row['variant']} at {row['tokens']} tokens: wall {c['wall_ms']:.3f} ms{replay}, kernel "
-            f"{c['kernel_ms']:.3f} ms, glue {c['glue_ms']:.3f} ms (median of {row['runs_ok']} fresh processes)")
-
-
-def _slim(row: dict[str, Any]) -> dict[str, Any]:
-    """The row without bulky provenance (that is in the measurement events)."""
-    return {k: v for k, v in row.items() if k not in ("provenance", "spec")}
+    return (f"{row.variant} at {row.tokens} tokens: wall {c['wall_ms']:.3f} ms{replay}, kernel "
+            f"{c['kernel_ms']:.3f} ms, glue {c['glue_ms']:.3f} ms (median of {row.runs_ok} fresh processes)")

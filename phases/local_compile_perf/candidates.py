@@ -16,12 +16,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from orchestrator.errors import UsageError
-from orchestrator.phase_api import PhaseResult
+from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log
+from phases.local_compile_perf.records import Candidate, Picked
 
 WORKFLOW_NAME = "local-compile-perf"
 PICK_PHASE = "pick_fix"
+IN_CHECKOUT = "phases.local_compile_perf.work.checkout:run_in_checkout"
+"""Worker that runs another worker inside a candidate's or the stack's checkout."""
 
 
 def submissions(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -38,25 +43,31 @@ def pending_submission(state: dict[str, Any]) -> dict[str, Any] | None:
     return next((s for s in submissions(state) if s["id"] not in ruled), None)
 
 
-def current(ctx: Any) -> dict[str, Any]:
+def in_checkout(checkout: str, func: str, request: BaseModel) -> dict[str, Any]:
+    """The IN_CHECKOUT worker's request: run ``func`` with ``request`` inside ``checkout``."""
+    from phases.local_compile_perf.work.checkout import InCheckoutRequest
+
+    wrapped = InCheckoutRequest(checkout=checkout, func=func, request=request.model_dump(mode="json"))
+    return wrapped.model_dump(mode="json")
+
+
+def current(ctx: PhaseContext) -> Candidate:
     """The candidate under test (what pick_fix prepared)."""
-    return ctx.results[PICK_PHASE]["candidate"]
+    return ctx.result(PICK_PHASE, Picked).candidate
 
 
-def reject(ctx: Any, reason: str, *, numbers: dict[str, Any] | None = None) -> PhaseResult:
-    """Record a rejection with its numbers, keep the branch as rejected/<name>, go back to pick_fix."""
+def reject(ctx: PhaseContext, cand: Candidate, reason: str, *, numbers: dict[str, Any] | None = None) -> PhaseResult:
+    """Record a rejection of ``cand`` with its numbers, keep its branch as rejected/<name>, go back to pick_fix."""
     from phases.local_compile_perf.stack import release_candidate
 
-    cand = current(ctx)
-    kept = release_candidate(ctx.target, cand["prepared"], keep_as=f"rejected/{cand['prepared']['name']}") \
-        if cand.get("prepared") else None
-    record = {"id": cand["id"], "branch": cand["branch"], "label": cand["label"], "verdict": "rejected",
-              "phase": ctx.phase, "reason": reason, "numbers": numbers or {}, "kept_branch": kept and
-              f"rejected/{cand['prepared']['name']}"}
+    kept_as = f"rejected/{cand.prepared.name}" if cand.prepared else None
+    kept = release_candidate(ctx.target, cand.prepared, keep_as=kept_as) if cand.prepared else None
+    record = {"id": cand.id, "branch": cand.branch, "label": cand.label, "verdict": "rejected",
+              "phase": ctx.phase, "reason": reason, "numbers": numbers or {}, "kept_branch": kept and kept_as}
     ctx.add_record("candidate_verdict", record)
-    log(ctx, f"dead end: candidate {cand['label']!r} ({cand['branch']}) rejected at {ctx.phase}: {reason}",
+    log(ctx, f"dead end: candidate {cand.label!r} ({cand.branch}) rejected at {ctx.phase}: {reason}",
         kind="dead_end")
-    return PhaseResult(outcome="passed", summary=f"{ctx.phase}: rejected {cand['label']!r}: {reason}",
+    return PhaseResult(outcome="passed", summary=f"{ctx.phase}: rejected {cand.label!r}: {reason}",
                        data={"verdict": record}, route="rejected")
 
 

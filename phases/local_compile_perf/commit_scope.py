@@ -10,43 +10,42 @@ shared default file (a violation: rejected), and the recipes that reach the chan
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from orchestrator.phase_api import PhaseResult
+from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.candidates import current, reject
-from phases.local_compile_perf.devlog import log
+from phases.local_compile_perf.devlog import log, renders_devlog
 from phases.local_compile_perf.stack import (
     CandidateRefused, check_scope, commit_stack_entry, enable_in_recipe, release_candidate, stack_entries, stack_tip,
 )
 
 
-def run(ctx: Any) -> PhaseResult:
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
     cand = current(ctx)
-    prepared = cand["prepared"]
-    checkout = Path(prepared["candidate_checkout"])
+    prepared = cand.prepared
+    regions = list(prepared.candidate_regions)
+    checkout = Path(prepared.candidate_checkout)
     try:
-        recipe_edit = enable_in_recipe(checkout, prepared["candidate_regions"])
+        recipe_edit = enable_in_recipe(checkout, regions)
     except CandidateRefused as exc:
-        return reject(ctx, str(exc))
-    scope = check_scope(checkout, parent=prepared["tip"], regions=prepared["candidate_regions"])
+        return reject(ctx, cand, str(exc))
+    scope = check_scope(checkout, parent=prepared.tip, regions=regions)
     if scope["shared_default_edits"]:
-        return reject(ctx, f"enables regions in a shared default list: {scope['shared_default_edits']}",
+        return reject(ctx, cand, f"enables regions in a shared default list: {scope['shared_default_edits']}",
                       numbers={"scope": scope})
     previous = stack_tip(ctx.state)
     position = len(stack_entries(ctx.state)) + 1
-    entry = commit_stack_entry(ctx.target, prepared, previous=previous, position=position, label=cand["label"])
+    entry = commit_stack_entry(ctx.target, prepared, previous=previous, position=position, label=cand.label)
     release_candidate(ctx.target, prepared, keep_as=None)
     confirm = ctx.results["screen_confirm"]
-    record = {"position": position, **entry, "label": cand["label"], "candidate": cand["id"], "source_branch": cand["branch"],
-              "regions": prepared["candidate_regions"], "stack_regions_before": prepared["stack_regions"],
-              "recipe_edit": recipe_edit, **scope, "judged": confirm["judged"], "replay": confirm["replay"],
-              "confirm_rows": confirm["rows"], "correctness": ctx.results["correctness"]["comparisons"],
-              "graphs": ctx.results["graph_budget"]["graphs"]}
+    record = {"position": position, **entry, "label": cand.label, "candidate": cand.id, "source_branch": cand.branch,
+              "regions": regions, "stack_regions_before": list(prepared.stack_regions), "recipe_edit": recipe_edit,
+              **scope, "judged": confirm["judged"], "replay": confirm["replay"], "confirm_rows": confirm["rows"],
+              "correctness": ctx.results["correctness"]["comparisons"], "graphs": ctx.results["graph_budget"]["graphs"]}
     ctx.add_record("stack_entry", record)
-    ctx.add_record("candidate_verdict", {"id": cand["id"], "branch": cand["branch"], "label": cand["label"],
-                                         "verdict": "validated", "phase": ctx.phase, "reason": confirm["ruling"]["reason"],
-                                         "numbers": {"judged": confirm["judged"]}, "kept_branch": entry["branch"]})
-    log(ctx, f"committed {cand['label']!r} as {entry['branch']} ({entry['commit'][:10]} on {previous[:10]}, linear "
-             f"{entry['linear']}); regions {prepared['candidate_regions']} enabled in {recipe_edit or 'the branch itself'}; "
+    ctx.add_record("candidate_verdict", {
+        "id": cand.id, "branch": cand.branch, "label": cand.label, "verdict": "validated", "phase": ctx.phase,
+        "reason": confirm["ruling"]["reason"], "numbers": {"judged": confirm["judged"]}, "kept_branch": entry["branch"]})
+    log(ctx, f"committed {cand.label!r} as {entry['branch']} ({entry['commit'][:10]} on {previous[:10]}, linear "
+             f"{entry['linear']}); regions {regions} enabled in {recipe_edit or 'the branch itself'}; "
              f"reaching recipes: {scope['reaching_recipes'] or ['none found']}", kind="decision")
     return PhaseResult(outcome="passed", summary=f"commit: {entry['branch']}", data=record, route="loop")

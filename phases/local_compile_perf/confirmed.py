@@ -1,7 +1,7 @@
 """Turn fresh-process runs into cited rows: one value = the median of 3 runs, samples kept.
 
 A confirmation (work/measure_trees.py) answers, per variant, every fresh process with its
-per-token-count results. Here each (variant, tokens) cell becomes a ``CellRow`` whose cited
+per-token-count results. Here each (variant, tokens) cell becomes a ``records.Cell`` whose cited
 numbers are medians over the ok runs of that cell, and every one of those numbers is
 recorded as a measurement with all its per-run samples, ``cited=True`` and the median it
 claims (the audit recomputes it). A cell with fewer ok runs than asked is not cited: it is
@@ -11,8 +11,12 @@ a failed row with the FAILED markers' tails. Engine side: no torch.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from orchestrator.phase_api import PhaseContext
+from phases.local_compile_perf.records import Cell
 
 GLUE_EXCLUDED = ("gemm", "attention")
 
@@ -44,7 +48,7 @@ def run_values(result: dict[str, Any]) -> dict[str, float | None]:
             "glue_ms": glue_ms(result)}
 
 
-def build_cells(answer: dict[str, Any], *, runs: int) -> list[dict[str, Any]]:
+def build_cells(answer: dict[str, Any], *, runs: int) -> list[Cell]:
     """One row per (variant, tokens): cited medians, per-run samples, not-applicable reasons."""
     rows = []
     for block in answer["variants"]:
@@ -54,7 +58,7 @@ def build_cells(answer: dict[str, Any], *, runs: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], *, runs: int) -> dict[str, Any]:
+def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], *, runs: int) -> Cell:
     ok = [o for o in outcomes if o["status"] == "ok" and str(tokens) in (o["result"] or {})]
     results = [o["result"][str(tokens)] for o in ok]
     row: dict[str, Any] = {
@@ -64,7 +68,7 @@ def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], 
                    for o in outcomes if o["status"] != "ok"],
     }
     if len(ok) < runs:
-        return {**row, "status": "failed", "reason": f"{runs - len(ok)} of {runs} fresh processes FAILED"}
+        return Cell(**row, status="failed", reason=f"{runs - len(ok)} of {runs} fresh processes FAILED")
     per_run = [run_values(r) for r in results]
     samples = {m.name: [v[m.name] for v in per_run] for m in METRICS}
     cited = {name: statistics.median(vals) for name, vals in samples.items() if None not in vals}
@@ -72,11 +76,11 @@ def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], 
     not_applicable = dict(first["not_applicable"])
     if "replay_ms" not in cited:
         not_applicable.setdefault("cuda_graph", first["cuda_graph"].get("reason", "no replay"))
-    return {**row, "status": "measured", "samples": {k: v for k, v in samples.items() if None not in v},
-            "cited": cited, "not_applicable": not_applicable, "kernel_count": first["kernel_count"],
-            "families": [f for f in first["kernels"]["families"]], "regions": first["regions"],
-            "peak_gib": _peak(results), "provenance": first["provenance"], "spec": first["spec"],
-            "compile_ms": [r["timing"]["compile_ms"] for r in results]}
+    return Cell(**row, status="measured", samples={k: v for k, v in samples.items() if None not in v},
+                cited=cited, not_applicable=not_applicable, kernel_count=first["kernel_count"],
+                families=first["kernels"]["families"], regions=first["regions"], peak_gib=_peak(results),
+                provenance=first["provenance"], spec=first["spec"],
+                compile_ms=[r["timing"]["compile_ms"] for r in results])
 
 
 def _peak(results: list[dict[str, Any]]) -> float | None:
@@ -84,20 +88,26 @@ def _peak(results: list[dict[str, Any]]) -> float | None:
     return None if None in peaks else statistics.median(peaks) / 2**30
 
 
-def record_cells(ctx: Any, rows: list[dict[str, Any]], *, purpose: str) -> None:
+def record_cells(ctx: PhaseContext, rows: Sequence[Cell], *, purpose: str) -> None:
     """Record every cited number of ``rows`` with its samples and provenance."""
     units = {m.name: m for m in METRICS}
     for row in rows:
-        if row["status"] != "measured":
+        if row.status != "measured":
             continue
-        for name, samples in row["samples"].items():
+        for name, samples in row.samples.items():
             ctx.record_measurement(
-                name=name, unit=units[name].unit, samples=samples, provenance=row["provenance"],
-                labels={"purpose": purpose, "variant": row["variant"], "tree": row["tree"], "tokens": row["tokens"],
-                        "what": units[name].label, "cited": True, "value": row["cited"][name],
-                        "fresh_processes": len(samples), "foreign_pids": row["foreign_pids"],
+                name=name, unit=units[name].unit, samples=list(samples), provenance=row.provenance or {},
+                labels={"purpose": purpose, "variant": row.variant, "tree": row.tree, "tokens": row.tokens,
+                        "what": units[name].label, "cited": True, "value": row.cited[name],
+                        "fresh_processes": len(samples), "foreign_pids": list(row.foreign_pids),
                         "launch": "cuda_graph_replay" if name == "replay_ms" else "normal"})
 
 
-def cell(rows: list[dict[str, Any]], variant: str, tokens: int) -> dict[str, Any] | None:
-    return next((r for r in rows if r["variant"] == variant and r["tokens"] == tokens), None)
+def cell(rows: Sequence[Cell], variant: str, tokens: int) -> Cell | None:
+    return next((r for r in rows if r.variant == variant and r.tokens == tokens), None)
+
+
+def measured(rows: Sequence[Cell], variant: str, tokens: int) -> Cell | None:
+    """The cell of ``variant`` at ``tokens`` when it was measured, else None."""
+    found = cell(rows, variant, tokens)
+    return found if found and found.status == "measured" else None

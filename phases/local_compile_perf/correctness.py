@@ -17,10 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.phase_api import PhaseResult
-from phases.local_compile_perf.candidates import current, reject
-from phases.local_compile_perf.devlog import log
-from phases.local_compile_perf.graph_budget import IN_CHECKOUT, candidate_tree_regions
+from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.local_compile_perf.candidates import IN_CHECKOUT, current, in_checkout, reject
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.work.candidate_checks import CaptureRequest, CompareRequest, SaveCaptureRequest
 
 CAPTURE = "phases.local_compile_perf.work.candidate_checks:capture_worker"
 COMPARE = "phases.local_compile_perf.work.candidate_checks:compare_worker"
@@ -28,40 +29,44 @@ NOT_COVERED = {"tp": "single device harness", "ep": "one EP rank's local experts
                "ac": "recipe AC mode is the harness's (re-timing under SAC not done)"}
 
 
-def run(ctx: Any) -> PhaseResult:
-    plan, cand = ctx.results["plan"], current(ctx)
-    prepared = cand["prepared"]
-    tokens = plan["correctness_tokens"]
-    ref_file = Path(prepared["candidate_checkout"]).parent / f"{prepared['name']}-reference.pt"
-    common = {"harness": plan["harness"], "tokens": tokens, "device": plan["device"]}
-    candidate = {**common, "tree": "regions:" + ",".join(candidate_tree_regions(prepared)), "dtypes": ["bf16", "fp32"]}
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
+    plan, cand = ctx.result("plan", Plan), current(ctx)
+    prepared = cand.prepared
+    tokens = plan.correctness_tokens
+    ref_file = Path(prepared.candidate_checkout).parent / f"{prepared.name}-reference.pt"
+    reference = SaveCaptureRequest(harness=plan.harness, device=plan.device, tokens=tokens, tree="eager",
+                                   dtypes=("bf16", "fp32", "fp64"), out=str(ref_file))
+    candidate = CaptureRequest(harness=plan.harness, device=plan.device, tokens=tokens,
+                               tree="regions:" + ",".join(prepared.tree_regions), dtypes=("bf16", "fp32"))
     # NOTE: the reference holds every grad in three dtypes (tens of GB at real dims); the trail
     # keeps the comparison, so the file goes as soon as it is made, also when a worker fails.
     try:
-        ref = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["stack_checkout"], "func": CAPTURE, "request": {
-            **common, "tree": "eager", "dtypes": ["bf16", "fp32", "fp64"], "out": str(ref_file)}}, label="capture stack")
-        result = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": COMPARE, "request": {
-            "candidate": candidate, "reference": str(ref_file), "downcasts": ref["downcasts"]}},
-            label="capture candidate and compare")
+        ref = ctx.call_worker(IN_CHECKOUT, in_checkout(prepared.stack_checkout, CAPTURE, reference),
+                              label="capture stack")
+        compare = CompareRequest(candidate=candidate, reference=str(ref_file), downcasts=tuple(ref["downcasts"]))
+        result = ctx.call_worker(IN_CHECKOUT, in_checkout(prepared.candidate_checkout, COMPARE, compare),
+                                 label="capture candidate and compare")
     finally:
         ref_file.unlink(missing_ok=True)
     table = {**summarize(result), "routing_replayed": ref["routers"]}
     comparisons = [{**c, "ok": r["ok"]} for c, r in zip(result["comparisons"], table["comparisons"])]
-    table["artifact"] = ctx.write_artifact(f"correctness-{cand['id']}.md", ctx.render(
-        "lcp_correctness.md.j2", label=cand["label"], candidate=cand["id"], tokens=tokens, routers=ref["routers"],
+    table["artifact"] = ctx.write_artifact(f"correctness-{cand.id}.md", ctx.render(
+        "lcp_correctness.md.j2", label=cand.label, candidate=cand.id, tokens=tokens, routers=ref["routers"],
         downcasts=table["reference_downcasts"], comparisons=comparisons))
     for row in table["comparisons"]:
-        log(ctx, f"correctness of {cand['label']!r}: {row['label']}: worst {row['worst']} rel L2 {row['worst_rel_l2']:.3g} "
-                 f"(tol {row['tolerance']:.3g}, {row['tensors']} tensors): {'ok' if row['ok'] else 'FAIL'}",
+        log(ctx, f"correctness of {cand.label!r}: {row['label']}: worst {row['worst']} rel L2 "
+                 f"{row['worst_rel_l2']:.3g} (tol {row['tolerance']:.3g}, {row['tensors']} tensors): "
+                 f"{'ok' if row['ok'] else 'FAIL'}",
             kind="measurement")
-    record = {"candidate": cand["id"], "tokens": tokens, **table, "not_covered": NOT_COVERED}
+    record = {"candidate": cand.id, "tokens": tokens, **table, "not_covered": NOT_COVERED}
     ctx.add_record("correctness", record)
     failed = [r for r in table["comparisons"] if not r["ok"]]
     if failed:
         worst = failed[0]
         # NOTE: its confirmed timing stays with the rejection: a fast but wrong rewrite is worth knowing.
         confirmed = ctx.results.get("screen_confirm", {}).get("judged", [])
-        return reject(ctx, f"{worst['label']}: {worst['worst']} rel L2 {worst['worst_rel_l2']:.3g} > tol "
+        return reject(ctx, cand, f"{worst['label']}: {worst['worst']} rel L2 {worst['worst_rel_l2']:.3g} > tol "
                            f"{worst['tolerance']:.3g}", numbers={**record, "confirmed": confirmed})
     return PhaseResult(outcome="passed", summary=f"correctness: {len(table['comparisons'])} comparisons within tol",
                        data=record)

@@ -8,17 +8,16 @@ item is written to ``skill_feedback.md`` and noted once as a ``skill_feedback`` 
 
 from __future__ import annotations
 
-from typing import Any
+from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Baselines
 
-from orchestrator.phase_api import PhaseResult
-from phases.local_compile_perf.devlog import log
 
-
-def collect_feedback(ctx: Any) -> list[dict[str, str]]:
+def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
     """Proposed additions to the skill, each {kind, text, repro}."""
     records = ctx.state["records"]
-    items = [{"kind": "agent note", "text": e["text"], "repro": ""}
-             for e in records.get("devlog", []) if e["kind"] == "skill_feedback"]
+    items = [{"kind": "agent note", "text": n["text"], "repro": ""}
+             for n in ctx.notes() if n["kind"] == "skill_feedback" and n["actor"] != "engine"]
     for verdict in records.get("candidate_verdict", []):
         if verdict["phase"] == "graph_budget":
             items.append({"kind": "compile limit" if not verdict["numbers"] or verdict["numbers"].get("limit_hit")
@@ -30,13 +29,14 @@ def collect_feedback(ctx: Any) -> list[dict[str, str]]:
                       "text": f"the fp64 reference is partly fp32 when the model upcasts with .float(): {len(downcasts)} "
                               f"op(s) such as {downcasts[0]}; the skill's 'no .float() inside' check needs a "
                               "dtype-following form (x.to(torch.promote_types(x.dtype, torch.float32)))"})
-    not_applicable = sorted({r["reason"] for r in ctx.results.get("baselines", {}).get("rows", [])
-                             if r["status"] == "not_applicable"})
+    rows = ctx.result("baselines", Baselines).rows if "baselines" in ctx.results else ()
+    not_applicable = sorted({r.reason for r in rows if r.status == "not_applicable"})
     items += [{"kind": "harness gap", "text": reason, "repro": ""} for reason in not_applicable]
     return items
 
 
-def run(ctx: Any) -> PhaseResult:
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
     items = collect_feedback(ctx)
     ctx.write_artifact("skill_feedback.md", ctx.render("lcp_feedback.md.j2", items=items, run_id=ctx.run_id))
     for item in items:

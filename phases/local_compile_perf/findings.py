@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.phase_api import Issue, PhaseResult, Question
-from phases.local_compile_perf.confirmed import cell
-from phases.local_compile_perf.devlog import log
+from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
+from phases.local_compile_perf.confirmed import measured
+from phases.local_compile_perf.devlog import log, renders_devlog
 from phases.local_compile_perf.feedback import collect_feedback
 from phases.local_compile_perf.pr_lint import lint_pr_text
+from phases.local_compile_perf.records import Baselines, Cell, Plan
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
+from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code
 
 NOT_TESTED = ("best-known kernels (overrides, quack, Liger, TE, FA4) were not benchmarked",
               "attention against its FLOP floor", "TP / EP > 1 / PP and zero-token ranks",
@@ -25,33 +27,32 @@ NOT_TESTED = ("best-known kernels (overrides, quack, Liger, TE, FA4) were not be
               "cold compile with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1")
 
 
-def baseline(ctx: Any, variant: str, tokens: int) -> dict[str, Any] | None:
-    row = cell(ctx.results["baselines"]["rows"], variant, tokens)
-    return row if row and row["status"] == "measured" else None
-
-
-def build_summary(ctx: Any) -> dict[str, Any]:
-    """Everything the findings doc and the PR texts cite, from the trail."""
-    plan, entries = ctx.results["plan"], stack_entries(ctx.state)
-    final_rows = entries[-1]["confirm_rows"] if entries else []
+def build_summary(ctx: PhaseContext) -> dict[str, Any]:
+    """Everything the findings doc and the PR texts cite, from the trail (and the stack code's measurement)."""
+    plan, entries = ctx.result("plan", Plan), stack_entries(ctx.state)
+    baselines = ctx.result("baselines", Baselines).rows
+    final_rows = [Cell.model_validate(r) for r in entries[-1]["confirm_rows"]] if entries else []
+    bandwidth = ctx.results["ideal_times"]["bandwidth"]
+    stack_code = measure_stack_code(ctx, plan, entries[-1]["commit"], bandwidth["tbs"]) if entries else None
     per_tokens = []
-    for t in plan["tokens"]:
-        up, final = baseline(ctx, "upstream", t), cell(final_rows, "candidate", t)
-        eager, per_layer = baseline(ctx, "eager", t), baseline(ctx, "per_layer", t)
-        per_tokens.append({"tokens": t, "upstream": up and up["cited"], "stack": final and final["cited"],
-                           "eager": eager and eager["cited"], "per_layer": per_layer and per_layer["cited"],
+    for t in plan.tokens:
+        up, final = measured(baselines, "upstream", t), measured(final_rows, "candidate", t)
+        eager, per_layer = measured(baselines, "eager", t), measured(baselines, "per_layer", t)
+        per_tokens.append({"tokens": t, "upstream": up and up.cited, "stack": final and final.cited,
+                           "eager": eager and eager.cited, "per_layer": per_layer and per_layer.cited,
                            "glue_beats_per_layer": bool(final and per_layer) and
-                           final["cited"]["glue_ms"] < per_layer["cited"]["glue_ms"]})
+                           final.cited["glue_ms"] < per_layer.cited["glue_ms"]})
     rejected = [v for v in ctx.state["records"].get("candidate_verdict", []) if v["verdict"] == "rejected"]
     limits = [v for v in rejected if v["phase"] == "graph_budget"
               and (v["numbers"].get("limit_hit") or not v["numbers"])]
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
     return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "rejected": rejected, "limits": limits,
-            "not_tested": NOT_TESTED, "feedback": collect_feedback(ctx), "linear": linear, "runs": ctx.options["runs"],
-            "bandwidth": ctx.results["ideal_times"]["bandwidth"]}
+            "not_tested": NOT_TESTED, "feedback": collect_feedback(ctx), "linear": linear, "runs": plan.sizes.runs,
+            "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO}
 
 
-def run(ctx: Any) -> PhaseResult:
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
     summary = build_summary(ctx)
     findings = ctx.render("lcp_findings.md.j2", s=summary)
     ctx.write_artifact("FINDINGS.md", findings)

@@ -12,31 +12,35 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from orchestrator.phase_api import PhaseResult
-from phases.local_compile_perf.devlog import log
+from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.kit.bandwidth import BandwidthRequest
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.work.glue import GlueRequest
 
 BANDWIDTH = "phases.kit.bandwidth:bandwidth_worker"
 GLUE = "phases.local_compile_perf.work.glue:measure_glue_worker"
 
 
-def run(ctx: Any) -> PhaseResult:
-    plan = ctx.results["plan"]
-    bw = ctx.call_worker(BANDWIDTH, {"device": plan["device"]}, label="bandwidth")
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
+    plan = ctx.result("plan", Plan)
+    bw = ctx.call_worker(BANDWIDTH, BandwidthRequest(device=plan.device).model_dump(), label="bandwidth")
     ctx.record_measurement(name="bandwidth_tbs", unit="TB/s", samples=[bw["tbs"]],
-                           provenance={"command": f"{BANDWIDTH} device={plan['device']}", "device_name": plan["device_name"],
-                                       "torch": plan["torch"], "seed": 0, "target_commit": ctx.base["commit"]},
+                           provenance={"command": f"{BANDWIDTH} device={plan.device}", "device_name": plan.device_name,
+                                       "torch": plan.torch, "seed": 0, "target_commit": ctx.base["commit"]},
                            labels={"kind": bw["kind"], "label": bw["label"], "nbytes": bw["nbytes"], "copies": bw["copies"],
                                    "seconds": bw["seconds"]})
     log(ctx, f"bandwidth {bw['tbs']:.3f} TB/s ({bw['label']}, {bw['nbytes']} B x {bw['copies']} copies)",
         kind="measurement")
-    tokens = max(plan["tokens"])
-    if plan["kind"] == "hf":
+    tokens = max(plan.tokens)
+    if plan.kind == "hf":
         rows: list[dict[str, Any]] = []
         glue = {"ops": [], "regions_found": [], "tokens": tokens}
     else:
-        glue = ctx.call_worker(GLUE, {"harness": plan["harness"], "tokens": tokens, "device": plan["device"],
-                                      "warmup": min(ctx.options["warmup"], 3), "iters": ctx.options["iters"]},
-                               label="glue ops")
+        timing = plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)})
+        request = GlueRequest(harness=plan.harness, tokens=tokens, device=plan.device, timing=timing)
+        glue = ctx.call_worker(GLUE, request.model_dump(mode="json"), label="glue ops")
         rows = build_gap_rows(glue["ops"], bandwidth_tbs=bw["tbs"])
         for op, row in zip(glue["ops"], rows):
             ctx.record_measurement(name="glue_op_fwd_ms", unit="ms", samples=list(op["fwd_ms"]),
@@ -47,7 +51,7 @@ def run(ctx: Any) -> PhaseResult:
             log(ctx, f"glue op {row['op']}: measured {row['measured_ms']:.4f} ms/step, ideal {row['ideal_ms']:.4f} "
                      f"ms/step ({row['calls_per_step']} call(s), {row['bytes']} B)", kind="measurement")
     ctx.write_artifact("ideal_times.md", ctx.render("lcp_ideal.md.j2", bandwidth=bw, rows=rows, tokens=tokens,
-                                                    device_name=plan["device_name"]))
+                                                    device_name=plan.device_name))
     return PhaseResult(outcome="passed", summary=f"ideal times: {bw['tbs']:.2f} TB/s, {len(rows)} glue op(s) at {tokens} tokens",
                        data={"bandwidth": bw, "tokens": tokens, "rows": rows, "regions_found": glue["regions_found"]})
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.phase_api import Issue, PhaseResult, Question
-from phases.local_compile_perf.candidates import pending_submission, verdicts
-from phases.local_compile_perf.devlog import log
+from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
+from phases.local_compile_perf.candidates import pending_submission, reject, verdicts
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Candidate, Picked
 from phases.local_compile_perf.stack import CandidateRefused, prepare_candidate, stack_entries, worktree_root
 
 LADDER = ("enable an existing region", "resize a region", "rewrite the function so it lowers well (patterns.md)",
           "add a region-scoped option", "autograd.Function with a hand-written backward")
 
 
-def run(ctx: Any) -> PhaseResult:
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
     submission = pending_submission(ctx.state)
     if submission is not None:
         return take_submission(ctx, submission)
@@ -31,7 +33,7 @@ def run(ctx: Any) -> PhaseResult:
     return wait_for_agent(ctx)
 
 
-def wait_for_agent(ctx: Any) -> PhaseResult:
+def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     rank = ctx.results["rank"]
     run_id = ctx.run_id
     summary = (f"pick a fix: {len(rank['ranked'])} ranked op(s), stop rule {'holds' if rank['stop']['stop'] else 'open'}; "
@@ -47,21 +49,17 @@ def wait_for_agent(ctx: Any) -> PhaseResult:
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
 
 
-def take_submission(ctx: Any, submission: dict[str, Any]) -> PhaseResult:
-    candidate = dict(submission)
+def take_submission(ctx: PhaseContext, submission: dict[str, Any]) -> PhaseResult:
+    candidate = Candidate(**submission)
     try:
-        candidate["prepared"] = prepare_candidate(ctx.target, state=ctx.state, submission=submission,
-                                                  root=worktree_root(ctx))
+        prepared = prepare_candidate(ctx.target, state=ctx.state, submission=submission, root=worktree_root(ctx))
     except CandidateRefused as exc:
-        from phases.local_compile_perf.candidates import reject
-
-        candidate["prepared"] = None
-        ctx.results["pick_fix"] = {"candidate": candidate}
-        return reject(ctx, str(exc))
-    p = candidate["prepared"]
-    log(ctx, f"candidate {candidate['label']!r} from {candidate['branch']} ({len(p['commits'])} commit(s), files "
-             f"{', '.join(p['files'])}) replayed on {p['tip'][:10]} as {p['wip_branch']}; regions "
-             f"{p['candidate_regions'] or 'none'} ({p['regions_source']}) on top of {p['stack_regions']}",
+        return reject(ctx, candidate, str(exc))
+    candidate = candidate.model_copy(update={"prepared": prepared})
+    p = prepared
+    log(ctx, f"candidate {candidate.label!r} from {candidate.branch} ({len(p.commits)} commit(s), files "
+             f"{', '.join(p.files)}) replayed on {p.tip[:10]} as {p.wip_branch}; regions "
+             f"{list(p.candidate_regions) or 'none'} ({p.regions_source}) on top of {list(p.stack_regions)}",
         kind="decision")
-    return PhaseResult(outcome="passed", summary=f"pick a fix: trying {candidate['label']!r}",
-                       data={"candidate": candidate})
+    return PhaseResult(outcome="passed", summary=f"pick a fix: trying {candidate.label!r}",
+                       data=Picked(candidate=candidate).model_dump(mode="json"))

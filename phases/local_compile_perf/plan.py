@@ -4,8 +4,13 @@
 
     embedded   the embedded DeepSeek-V3 layer library as its own git workspace (a copy of
                the cached one under <state>/workspaces/, so runs never share stack branches)
-    hf:TYPE    an empty git workspace; the HF decoder-layer harness (eager vs per-layer only)
+    hf:TYPE    an empty git workspace; the HF decoder-layer harness (eager vs per-layer only),
+               loaded by the ordinary factory ref ``HF_FACTORY:TYPE``
     PATH       a torchtitan git checkout, read as text by the tree adapter
+
+Sizes (token counts, per-layer compile points, warm-up/timed/profiled steps) default to the
+skill's on a CUDA device and to what a 2-core CPU host finishes on CPU (``default_sizes``);
+the device is known only after the probe, so the plan phase fills them in and says why.
 
 Bad input exits 2 and writes nothing. A tree without a local_compile API (torchtitan 0.3.0)
 is a valid target whose plan phase fails and records what is missing: the trail then says
@@ -24,12 +29,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import UsageError
-from orchestrator.phase_api import Issue, PhaseResult
+from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from orchestrator.workflow import Prepared
-from phases.local_compile_perf.devlog import log
+from phases.kit.harness import HarnessSpec, TimingKnobs
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Plan, Sizes
 
 EMBEDDED_HARNESS = "examples.moe_layer.harness:build_harness"
+HF_FACTORY = "phases.local_compile_perf.work.hf_harness:build_hf_harness"
 STOP_THRESHOLD = 0.01
+CUDA_SIZES = Sizes(tokens=(2048, 4096, 16384), per_layer_tokens=(2048, 4096, 16384), timing=TimingKnobs(), runs=3,
+                   source="cuda defaults", why="the skill's sizes: 2k/4k/16k tokens, 5 warm-up + 20 timed + 5 profiled "
+                                               "steps, per-layer compile at every count")
+CPU_SIZES = Sizes(tokens=(256, 512, 1024), per_layer_tokens=(512,),
+                  timing=TimingKnobs(warmup=2, iters=5, profile_steps=2), runs=3, source="cpu defaults",
+                  why="a CPU host: the skill's 2k/4k/16k x 5/20/5 ran 25 minutes on 2 cores without finishing its "
+                      "first eager baseline (attention grows with tokens squared), so 256/512/1024 tokens keep the "
+                      "small-to-large x4 spread, 2 warm-up + 5 timed + 2 profiled steps, and per-layer compile at "
+                      "512 only (its cold compile is ~45 s per shape on 2 cores): plan .. rank fits in ~10 minutes. "
+                      "A host timer ranks ops; it does not gate candidates")
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)$")
 
 
@@ -41,17 +59,18 @@ class LcpOptions(BaseModel):
     """embedded | hf:<model_type> | PATH of a torchtitan checkout."""
     harness: str | None = None
     """module:factory of the harness (default: the embedded one; hf:TYPE for HF)."""
-    tokens: tuple[int, ...] = (2048, 4096, 16384)
-    """Packed tokens per rank, at least 3 counts (skill: small to large)."""
+    tokens: tuple[int, ...] | None = None
+    """Packed tokens per rank, at least 3 counts (skill: small to large); default by device."""
     per_layer_tokens: tuple[int, ...] = ()
-    """Token counts where the per-layer compile tree is measured (default: all)."""
+    """Token counts where the per-layer compile tree is measured (default by device; needs --tokens)."""
     budget: str = "2h"
     device: str = "auto"
     runs: int = Field(default=3, ge=3)
     """Fresh processes per cited number (the skill's rule: at least 3)."""
-    warmup: int = Field(default=5, ge=1)
-    iters: int = Field(default=20, ge=1)
-    profile_steps: int = Field(default=5, ge=1)
+    warmup: int | None = Field(default=None, ge=1)
+    iters: int | None = Field(default=None, ge=1)
+    profile_steps: int | None = Field(default=None, ge=1)
+    """Warm-up, timed and profiled steps per measurement; default by device (see ``default_sizes``)."""
     correctness_tokens: int | None = None
     """Tokens of the parity captures (default: the smallest token count)."""
     python: str | None = None
@@ -67,7 +86,9 @@ class LcpOptions(BaseModel):
 
     @field_validator("tokens")
     @classmethod
-    def _three_counts(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+    def _three_counts(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is None:
+            return None
         if len(set(value)) < 3 or min(value) <= 0:
             raise ValueError(f"needs at least 3 distinct positive token counts (skill step 1), got {list(value)}")
         return tuple(sorted(set(value)))
@@ -85,15 +106,39 @@ def resolve_budget_s(budget: str) -> float:
     return float(number) * {"s": 1, "m": 60, "h": 3600}[unit]
 
 
+def hf_harness_ref(spec: str) -> str:
+    """The factory ref of ``hf:<model_type>[,attn=IMPL][,experts=IMPL]``."""
+    return f"{HF_FACTORY}:{spec.removeprefix('hf:')}"
+
+
+def default_sizes(device: str) -> Sizes:
+    return CUDA_SIZES if device.startswith("cuda") else CPU_SIZES
+
+
+def resolve_sizes(options: dict[str, Any], device: str) -> Sizes:
+    """The run's sizes: each option given wins, the rest are the device's defaults."""
+    base = default_sizes(device)
+    knobs = {k: options[k] for k in ("warmup", "iters", "profile_steps") if options.get(k) is not None}
+    given = options.get("tokens") is not None and len(knobs) == 3 and bool(options.get("per_layer_tokens"))
+    tokens = tuple(options["tokens"]) if options.get("tokens") is not None else base.tokens
+    per_layer = tuple(options.get("per_layer_tokens") or ()) or (
+        tokens if options.get("tokens") else base.per_layer_tokens)
+    return Sizes(tokens=tokens, per_layer_tokens=per_layer, timing=base.timing.model_copy(update=knobs),
+                 runs=options["runs"], source="given" if given else base.source,
+                 why="as given" if given else base.why)
+
+
 def prepare(options: LcpOptions, state_dir: str) -> Prepared:
     """Resolve the target into a git checkout and the harness; UsageError (exit 2) on bad input."""
-    bad_per_layer = sorted(set(options.per_layer_tokens) - set(options.tokens))
+    if options.per_layer_tokens and options.tokens is None:
+        raise UsageError("--per-layer-tokens needs --tokens (the default token counts depend on the device)")
+    bad_per_layer = sorted(set(options.per_layer_tokens) - set(options.tokens or ()))
     if bad_per_layer:  # refused before the workspace (or its cache) is made
         raise UsageError(f"--per-layer-tokens {bad_per_layer} are not among --tokens {list(options.tokens)}")
     target, kind = resolve_target(options.target, state_dir=Path(state_dir))
-    harness = options.harness or {"embedded": EMBEDDED_HARNESS, "hf": options.target}.get(kind)
-    if kind == "tree" and options.harness is None:
-        harness = None
+    harness = options.harness or {"embedded": EMBEDDED_HARNESS, "hf": hf_harness_ref(options.target)}.get(kind)
+    if harness and harness.startswith("hf:"):
+        harness = hf_harness_ref(harness)
     recorded = options.model_dump(mode="json") | {"target_kind": kind, "target_spec": options.target,
                                                   "harness": harness}
     return Prepared(target=str(target), options=recorded)
@@ -141,18 +186,20 @@ def copy_workspace(cached: Path, *, name: str) -> Path:
 def empty_workspace(state_dir: Path, *, name: str) -> Path:
     import git
 
+    from phases.local_compile_perf.workspace import BOT
+
     dest = _unique(state_dir, name)
     dest.mkdir(parents=True)
     (dest / "README").write_text("workspace of an HF-harness local-compile-perf run (no code to change)\n")
     repo = git.Repo.init(dest, initial_branch="main")
     repo.index.add(["README"])
-    bot = git.Actor("orchestrator", "orchestrator@localhost")
-    repo.index.commit("empty workspace", author=bot, committer=bot)
+    repo.index.commit("empty workspace", author=BOT, committer=BOT)
     return dest
 
 
-def run(ctx: Any) -> PhaseResult:
-    """Inventory the tree, resolve device and harness, write plan.md and the devlog's first entry."""
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
+    """Inventory the tree, resolve device, sizes and harness, write plan.md and the devlog's first entry."""
     opts = ctx.options
     inventory = probe_inventory(ctx.target, kind=opts["target_kind"])
     if inventory.get("region_api") == "none":
@@ -160,24 +207,28 @@ def run(ctx: Any) -> PhaseResult:
     if not opts["harness"]:
         return PhaseResult(outcome="failed", summary="plan: no harness for this tree",
                            issues=(Issue(code="harness_missing", message="a torchtitan tree needs --harness MOD:FN "
-                                         "(a factory returning the Harness of phases/local_compile_perf/harness.py)",
+                                         "(a factory returning the Harness of phases/kit/harness.py)",
                                          fix_location="orchestrator start ... --harness"),))
+    from phases.local_compile_perf.work.probe import ProbeRequest
+
     probe = ctx.call_worker("phases.local_compile_perf.work.probe:probe_target_worker",
-                            {"harness": opts["harness"], "device": opts["device"]}, label="probe")
-    per_layer = list(opts["per_layer_tokens"] or opts["tokens"])
-    data = {"harness": opts["harness"], "kind": opts["target_kind"], "device": probe["device"],
-            "device_name": probe["device_name"], "torch": probe["torch"], "spec": probe["spec"],
-            "tokens": list(opts["tokens"]), "per_layer_tokens": per_layer,
-            "budget": opts["budget"], "budget_s": resolve_budget_s(opts["budget"]), "stop_threshold": STOP_THRESHOLD,
-            "correctness_tokens": opts["correctness_tokens"] or min(opts["tokens"]), "inventory": inventory,
-            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    ctx.write_artifact("plan.md", ctx.render("lcp_plan.md.j2", plan=data))
+                            ProbeRequest(harness=opts["harness"], device=opts["device"]).model_dump(), label="probe")
+    sizes = resolve_sizes(opts, probe["device"])
+    plan = Plan(harness=opts["harness"], kind=opts["target_kind"], device=probe["device"],
+                device_name=probe["device_name"], torch=probe["torch"], spec=HarnessSpec(**probe["spec"]), sizes=sizes,
+                budget=opts["budget"], budget_s=resolve_budget_s(opts["budget"]), stop_threshold=STOP_THRESHOLD,
+                correctness_tokens=opts["correctness_tokens"] or min(sizes.tokens), inventory=inventory,
+                started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    ctx.write_artifact("plan.md", ctx.render("lcp_plan.md.j2", plan=plan))
     log(ctx, f"plan: budget {opts['budget']}; stop when the remaining gap to ideal or the next candidate's gain "
-             f"is under {STOP_THRESHOLD:.0%} of the layer; target {opts['target_spec']} ({data['kind']}), harness "
-             f"{data['harness']} ({probe['spec']['name']}) on {probe['device_name']}; tokens {data['tokens']}",
-        kind="decision")
-    return PhaseResult(outcome="passed", summary=f"plan: {probe['spec']['name']} on {probe['device']}, "
-                                                 f"tokens {data['tokens']}, budget {opts['budget']}", data=data)
+             f"is under {STOP_THRESHOLD:.0%} of the layer; target {opts['target_spec']} ({plan.kind}), harness "
+             f"{plan.harness} ({plan.spec.name}) on {plan.device_name}; tokens {list(sizes.tokens)}, per-layer "
+             f"compile at {list(sizes.per_layer_tokens)}, {sizes.timing.warmup}/{sizes.timing.iters}/"
+             f"{sizes.timing.profile_steps} warm-up/timed/profiled steps x {sizes.runs} fresh processes "
+             f"({sizes.source}: {sizes.why})", kind="decision")
+    return PhaseResult(outcome="passed", summary=f"plan: {plan.spec.name} on {plan.device}, tokens "
+                                                 f"{list(sizes.tokens)} ({sizes.source}), budget {opts['budget']}",
+                       data=plan.model_dump(mode="json"))
 
 
 def probe_inventory(target: Path, *, kind: str) -> dict[str, Any]:
@@ -200,16 +251,13 @@ def probe_inventory(target: Path, *, kind: str) -> dict[str, Any]:
 
 
 def _embedded_regions(target: Path) -> list[str]:
-    from phases.local_compile_perf.tree_adapter import _REGION_DECL
+    from phases.local_compile_perf.tree_adapter import list_region_declarations
 
-    hits = []
-    for path in sorted((target / "examples").rglob("*.py")):
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            hits += [f"{m.group(1)} ({path.relative_to(target)}:{number})" for m in _REGION_DECL.finditer(line)]
-    return hits
+    files = sorted((target / "examples").rglob("*.py"))
+    return [f"{h.value} ({h.path}:{h.line})" for h in list_region_declarations(target, files)]
 
 
-def _stop_no_api(ctx: Any, inventory: dict[str, Any]) -> PhaseResult:
+def _stop_no_api(ctx: PhaseContext, inventory: dict[str, Any]) -> PhaseResult:
     log(ctx, f"plan: budget {ctx.options['budget']}; stop when the remaining gap to ideal or the next candidate's gain "
              f"is under {STOP_THRESHOLD:.0%} of the layer; target {ctx.options['target_spec']}", kind="decision")
     log(ctx, f"dead end: {inventory['message']}; nothing can be measured as regions here", kind="dead_end")

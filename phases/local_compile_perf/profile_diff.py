@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.phase_api import PhaseResult
-from phases.local_compile_perf.devlog import log
+from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Baselines, Cell
 
 SYMPTOMS = {
     "cat/copy": "cat/copy kernels in glue: producer + cat + consumer in one region; try both cat lowerings (pattern 2)",
@@ -25,11 +26,11 @@ SYMPTOMS = {
 }
 
 
-def family_ms(row: dict[str, Any]) -> dict[str, float]:
-    return {f["family"]: f["ms_per_step"] for f in row.get("families", [])}
+def family_ms(row: Cell) -> dict[str, float]:
+    return {f["family"]: f["ms_per_step"] for f in row.families}
 
 
-def diff_rows(base: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any]]:
+def diff_rows(base: Cell, other: Cell) -> list[dict[str, Any]]:
     """Per family: base ms, other ms, base - other, largest first."""
     a, b = family_ms(base), family_ms(other)
     fams = sorted(set(a) | set(b), key=lambda f: -(a.get(f, 0.0) - b.get(f, 0.0)))
@@ -37,15 +38,16 @@ def diff_rows(base: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any
              "delta_ms": a.get(f, 0.0) - b.get(f, 0.0), "symptom": SYMPTOMS.get(f, "")} for f in fams]
 
 
-def run(ctx: Any) -> PhaseResult:
-    rows = [r for r in ctx.results["baselines"]["rows"] if r["status"] == "measured"]
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
+    rows = [r for r in ctx.result("baselines", Baselines).rows if r.status == "measured"]
     tables, diffs = [], []
-    for tokens in sorted({r["tokens"] for r in rows}):
-        by_variant = {r["variant"]: r for r in rows if r["tokens"] == tokens}
-        tables += [{"variant": v, "tokens": tokens, "families": r["families"]} for v, r in by_variant.items()]
+    for tokens in sorted({r.tokens for r in rows}):
+        by_variant = {r.variant: r for r in rows if r.tokens == tokens}
+        tables += [{"variant": v, "tokens": tokens, "families": list(r.families)} for v, r in by_variant.items()]
         base = by_variant.get("upstream") or by_variant.get("eager")
         if base is not None and "per_layer" in by_variant:
-            diffs.append({"tokens": tokens, "base": base["variant"], "other": "per_layer",
+            diffs.append({"tokens": tokens, "base": base.variant, "other": "per_layer",
                           "rows": diff_rows(base, by_variant["per_layer"])})
     glue_left = [(d["tokens"], r) for d in diffs for r in d["rows"] if r["delta_ms"] > 0 and r["family"] not in ("gemm", "attention")]
     for tokens, r in glue_left[:5]:

@@ -5,7 +5,7 @@ Each rule takes (events, snapshot) and returns (seq, message) for every violatio
     cited_medians        every cited number has >= 3 fresh-process samples and equals their median
     both_launch_modes    on a CUDA device every cited wall row has its CUDA-graph replay row
     traps_before_baselines  the trap-check worker succeeded before the first baseline number
-    devlog_in_order      devlog entries are timestamped in order, and the first one has the stop rule
+    devlog_in_order      devlog entries (notes) are timestamped in order, and the first one has the stop rule
     stack_linear         stack entry n's parent is entry n-1's commit (the base for the first)
     no_shared_default    no stack entry enables a region in a shared default list
     prs_asked_a_human    the open_prs answer came from a human
@@ -65,10 +65,10 @@ def check_traps_before_baselines(events: list[dict[str, Any]], state: dict[str, 
 
 
 def check_devlog_in_order(events: list[dict[str, Any]], state: dict[str, Any]) -> Violations:
-    entries = _records(events, "devlog")
+    entries = [e for e in events if e["type"] == "note_added"]
     out = [(b["seq"], "devlog entry timestamped before the previous one")
-           for a, b in zip(entries, entries[1:]) if b["data"]["record"]["ts"] < a["data"]["record"]["ts"]]
-    if entries and "stop when" not in entries[0]["data"]["record"]["text"]:
+           for a, b in zip(entries, entries[1:]) if b["ts"] < a["ts"]]
+    if entries and "stop when" not in entries[0]["data"]["text"]:
         out.append((entries[0]["seq"], "the first devlog entry does not state the budget and stop rule"))
     return out
 

@@ -13,84 +13,93 @@ the verdicts are recorded as indicative and do not gate (see ``rule_on_timing``)
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.phase_api import PhaseResult
-from phases.local_compile_perf.candidates import current, reject
+from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.kit.records import spread_pct_of
+from phases.local_compile_perf.candidates import IN_CHECKOUT, current, in_checkout, reject
 from phases.local_compile_perf.confirmed import build_cells, cell, record_cells
-from phases.local_compile_perf.devlog import log
-from phases.local_compile_perf.graph_budget import IN_CHECKOUT, candidate_tree_regions
+from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Candidate, Cell, Judgement, Plan
+from phases.local_compile_perf.work.candidate_checks import ScreenRequest
+from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 
 SCREEN = "phases.local_compile_perf.work.candidate_checks:screen_worker"
 CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
 
 
-def spread_pct(samples: list[float]) -> float:
-    med = statistics.median(samples)
-    return max(abs(s - med) for s in samples) / med * 100 if med else float("inf")
-
-
-def judge(stack: dict[str, Any], cand: dict[str, Any], metric: str = "wall_ms") -> dict[str, Any]:
+def judge(stack: Cell, cand: Cell, metric: str = "wall_ms") -> Judgement:
     """win / neutral / loss at one token count from two cited cells."""
-    a, b = stack["cited"][metric], cand["cited"][metric]
-    band = max(spread_pct(stack["samples"][metric]), spread_pct(cand["samples"][metric]))
+    a, b = stack.cited[metric], cand.cited[metric]
+    band = max(spread_pct_of(stack.samples[metric]), spread_pct_of(cand.samples[metric]))
     delta = (b - a) / a * 100
     verdict = "win" if delta < -band else "loss" if delta > band else "neutral"
-    return {"tokens": stack["tokens"], "metric": metric, "stack": a, "candidate": b, "delta_pct": delta,
-            "noise_band_pct": band, "verdict": verdict}
+    return Judgement(tokens=stack.tokens, metric=metric, stack=a, candidate=b, delta_pct=delta,
+                     noise_band_pct=band, verdict=verdict)
 
 
-def run(ctx: Any) -> PhaseResult:
-    plan, opts, cand = ctx.results["plan"], ctx.options, current(ctx)
-    prepared = cand["prepared"]
-    regions = candidate_tree_regions(prepared)
-    screen = ctx.call_worker(IN_CHECKOUT, {"checkout": prepared["candidate_checkout"], "func": SCREEN, "request": {
-        "harness": plan["harness"], "base_regions": prepared["stack_regions"], "candidate_regions": regions,
-        "tokens": sorted(plan["tokens"])[len(plan["tokens"]) // 2], "device": plan["device"],
-        "iters": max(3, opts["iters"] // 4)}}, label="screen")
-    medians = {k: statistics.median(v) for k, v in screen["samples_ms"].items()}
-    log(ctx, f"screen of {cand['label']!r} (ranking only, 1 process, rotated): " +
-             ", ".join(f"{k} {v:.3f} ms" for k, v in medians.items()), kind="measurement")
-    variants = [{"name": "stack", "checkout": prepared["stack_checkout"], "tree": "upstream", "tokens": plan["tokens"]},
-                {"name": "candidate", "checkout": prepared["candidate_checkout"], "tree": "regions:" + ",".join(regions),
-                 "tokens": plan["tokens"]}]
-    answer = ctx.call_worker(CONFIRM, {"harness": plan["harness"], "device": plan["device"], "variants": variants,
-                                       "runs": opts["runs"], "warmup": opts["warmup"], "iters": opts["iters"],
-                                       "profile_steps": opts["profile_steps"]}, label="confirm")
-    rows = build_cells(answer, runs=opts["runs"])
-    record_cells(ctx, rows, purpose=f"confirm {cand['id']}")
-    for row in rows:
-        row["candidate_id"] = cand["id"]
-    broken = [r for r in rows if r["status"] != "measured"]
-    numbers = {"screen_medians_ms": medians, "rows": [_slim(r) for r in rows]}
+@renders_devlog
+def run(ctx: PhaseContext) -> PhaseResult:
+    plan, cand = ctx.result("plan", Plan), current(ctx)
+    medians = screen(ctx, plan, cand)
+    rows = confirm(ctx, plan, cand)
+    numbers: dict[str, Any] = {"screen_medians_ms": medians, "rows": [r.slim().model_dump(mode="json") for r in rows]}
+    broken = [r for r in rows if r.status != "measured"]
     if broken:
-        return reject(ctx, f"{len(broken)} confirmation cell(s) FAILED ({broken[0]['variant']} at "
-                           f"{broken[0]['tokens']}): see the worker log", numbers=numbers)
-    judged = [judge(cell(rows, "stack", t), cell(rows, "candidate", t)) for t in plan["tokens"]]
-    replay = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), "replay_ms") for t in plan["tokens"]
-              if "replay_ms" in cell(rows, "stack", t)["cited"]]
-    numbers |= {"judged": judged, "replay": replay}
+        return reject(ctx, cand, f"{len(broken)} confirmation cell(s) FAILED ({broken[0].variant} at "
+                                 f"{broken[0].tokens}): see the worker log", numbers=numbers)
+    judged = [judge(cell(rows, "stack", t), cell(rows, "candidate", t)) for t in plan.tokens]
+    replay = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), "replay_ms") for t in plan.tokens
+              if "replay_ms" in cell(rows, "stack", t).cited]
+    numbers |= {"judged": [j.model_dump() for j in judged], "replay": [j.model_dump() for j in replay]}
     for j in judged + replay:
-        log(ctx, f"confirm {cand['label']!r} at {j['tokens']} tokens ({j['metric']}): stack {j['stack']:.3f} -> "
-                 f"{j['candidate']:.3f} ms ({j['delta_pct']:+.1f}%, noise {j['noise_band_pct']:.1f}%): {j['verdict']}",
+        log(ctx, f"confirm {cand.label!r} at {j.tokens} tokens ({j.metric}): stack {j.stack:.3f} -> "
+                 f"{j.candidate:.3f} ms ({j.delta_pct:+.1f}%, noise {j.noise_band_pct:.1f}%): {j.verdict}",
             kind="measurement")
-    ruling = rule_on_timing(judged, cuda=plan["device"].startswith("cuda"))
+    ruling = rule_on_timing(judged, cuda=plan.device.startswith("cuda"))
     if not ruling["ok"]:
-        return reject(ctx, ruling["reason"], numbers=numbers)
-    return PhaseResult(outcome="passed", summary=f"confirm: {ruling['reason']}",
-                       data={"judged": judged, "replay": replay, "ruling": ruling, "rows": numbers["rows"],
-                             "screen_medians_ms": medians})
+        return reject(ctx, cand, ruling["reason"], numbers=numbers)
+    return PhaseResult(outcome="passed", summary=f"confirm: {ruling['reason']}", data={**numbers, "ruling": ruling})
 
 
-def rule_on_timing(judged: list[dict[str, Any]], *, cuda: bool) -> dict[str, Any]:
+def screen(ctx: PhaseContext, plan: Plan, cand: Candidate) -> dict[str, float]:
+    """Ranking only: one process, stack regions vs with the candidate's, rotated; medians per variant."""
+    prepared = cand.prepared
+    middle = sorted(plan.tokens)[len(plan.tokens) // 2]
+    request = ScreenRequest(harness=plan.harness, device=plan.device, base_regions=prepared.stack_regions,
+                            candidate_regions=tuple(prepared.tree_regions), tokens=middle,
+                            iters=max(3, plan.timing.iters // 4))
+    answer = ctx.call_worker(IN_CHECKOUT, in_checkout(prepared.candidate_checkout, SCREEN, request), label="screen")
+    medians = {k: statistics.median(v) for k, v in answer["samples_ms"].items()}
+    log(ctx, f"screen of {cand.label!r} (ranking only, 1 process, rotated): " +
+             ", ".join(f"{k} {v:.3f} ms" for k, v in medians.items()), kind="measurement")
+    return medians
+
+
+def confirm(ctx: PhaseContext, plan: Plan, cand: Candidate) -> list[Cell]:
+    """Cited cells: the stack tip vs the candidate, ``runs`` fresh processes each, interleaved."""
+    prepared = cand.prepared
+    variants = (Variant(name="stack", checkout=prepared.stack_checkout, tree="upstream", tokens=plan.tokens),
+                Variant(name="candidate", checkout=prepared.candidate_checkout,
+                        tree="regions:" + ",".join(prepared.tree_regions), tokens=plan.tokens))
+    request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
+                             timing=plan.timing)
+    answer = ctx.call_worker(CONFIRM, request.model_dump(mode="json"), label="confirm")
+    rows = build_cells(answer, runs=plan.sizes.runs)
+    record_cells(ctx, rows, purpose=f"confirm {cand.id}")
+    return [row.model_copy(update={"candidate_id": cand.id}) for row in rows]
+
+
+def rule_on_timing(judged: Sequence[Judgement], *, cuda: bool) -> dict[str, Any]:
     """Timing gates only under CUDA events; a host timer's verdict is recorded, never a gate.
 
     NOTE: on CPU the cells time Python dispatch and tiny Inductor kernels at toy sizes; the same
     branch measured +14% one run and neutral the next on this 2-core machine, so letting that
     decide would make validation a coin toss. Graph budget and correctness still gate there.
     """
-    wins = sum(j["verdict"] == "win" for j in judged)
-    losses = sum(j["verdict"] == "loss" for j in judged)
+    wins = sum(j.verdict == "win" for j in judged)
+    losses = sum(j.verdict == "loss" for j in judged)
     majority = len(judged) // 2 + 1
     if cuda:
         ok = wins >= majority
@@ -99,7 +108,3 @@ def rule_on_timing(judged: list[dict[str, Any]], *, cuda: bool) -> dict[str, Any
     reason = (f"host timer (no CUDA device): timing does not gate; indicative only: {wins} win(s), "
               f"{losses} loss(es) of {len(judged)} token counts")
     return {"ok": True, "wins": wins, "losses": losses, "reason": reason}
-
-
-def _slim(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("provenance", "spec")}

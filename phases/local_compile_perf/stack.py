@@ -6,25 +6,27 @@ out in its own worktree next to a detached worktree of the tip, so the stack and
 candidate can be measured side by side in fresh processes. A validated candidate becomes
 ``stack/<n>-<slug>`` (based on ``stack/<n-1>``, so the stack is linear by construction and
 checked with ``git merge-base --is-ancestor``); a rejected one is kept as
-``rejected/<n>-<slug>`` for inspection. Worktrees live under ``<state>/worktrees/<run_id>/``.
+``rejected/<n>-<slug>`` for inspection. Worktrees live under the run's ``scratch_dir/worktrees/``.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import git
 
-from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, read_embedded_settings
+from orchestrator.phase_api import PhaseContext
+from phases.local_compile_perf.records import PreparedCandidate
+from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, declared_region_names, read_embedded_settings
+from phases.local_compile_perf.workspace import BOT
 
-BOT = git.Actor("orchestrator", "orchestrator@localhost")
 SHARED_DEFAULT_FILES = ("examples/moe_layer/local_compile.py", "torchtitan/distributed/local_compile.py",
                         "torchtitan/config/job_config.py")
 """Files holding region machinery or defaults shared by every model: never where a region is enabled."""
-_REGION_DECL = re.compile(r"""@local_compile\(\s*["']([\w.-]+)["']""")
 _RECIPE_LINE = re.compile(r"^(UPSTREAM_REGIONS\s*:\s*tuple\[str, \.\.\.\]\s*=\s*)\((.*)\)\s*$", re.M)
 
 
@@ -45,8 +47,8 @@ def stack_tip(state: dict[str, Any]) -> str:
     return entries[-1]["commit"] if entries else state["base"]["commit"]
 
 
-def worktree_root(ctx: Any) -> Path:
-    return Path(ctx.artifacts_dir).parents[2] / "worktrees" / ctx.run_id
+def worktree_root(ctx: PhaseContext) -> Path:
+    return ctx.scratch_dir / "worktrees"
 
 
 def recipe_regions(checkout: Path) -> tuple[str, ...]:
@@ -62,11 +64,12 @@ def declared_regions(checkout: Path, files: list[str]) -> tuple[str, ...]:
     for rel in files:
         path = checkout / rel
         if path.is_file() and path.suffix == ".py":
-            names += _REGION_DECL.findall(path.read_text(errors="replace"))
+            names += [name for name, _line in declared_region_names(path.read_text(errors="replace"))]
     return tuple(dict.fromkeys(names))
 
 
-def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[str, Any], root: Path) -> dict[str, Any]:
+def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[str, Any],
+                      root: Path) -> PreparedCandidate:
     """Replay the submitted branch on the stack tip; two worktrees (tip, candidate). CandidateRefused if impossible."""
     repo = git.Repo(target)
     branch, tip = submission["branch"], stack_tip(state)
@@ -98,11 +101,11 @@ def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[s
     wt.index.commit(f"{submission['label']}\n\n" + "\n\n".join(messages), author=BOT, committer=BOT)
     files = wt.git.diff("--name-only", tip, "HEAD").split()
     regions = tuple(submission.get("regions") or ()) or declared_regions(cand_dir, files)
-    return {"n": n, "name": name, "tip": tip, "commits": commits, "wip_branch": f"wip/{name}",
-            "wip_commit": wt.head.commit.hexsha, "stack_checkout": str(stack_dir), "candidate_checkout": str(cand_dir),
-            "files": files, "candidate_regions": list(regions),
-            "regions_source": "--regions" if submission.get("regions") else "declared in the changed files",
-            "stack_regions": list(recipe_regions(stack_dir))}
+    return PreparedCandidate(
+        n=n, name=name, tip=tip, commits=tuple(commits), wip_branch=f"wip/{name}", wip_commit=wt.head.commit.hexsha,
+        stack_checkout=str(stack_dir), candidate_checkout=str(cand_dir), files=tuple(files), candidate_regions=regions,
+        regions_source="--regions" if submission.get("regions") else "declared in the changed files",
+        stack_regions=recipe_regions(stack_dir))
 
 
 def _clean_worktree(repo: git.Repo, path: Path) -> None:
@@ -114,23 +117,36 @@ def _clean_worktree(repo: git.Repo, path: Path) -> None:
     repo.git.worktree("prune")
 
 
-def release_candidate(target: Path, prepared: dict[str, Any], *, keep_as: str | None) -> str | None:
+def add_detached_worktree(target: Path, commit: str, path: Path) -> Path:
+    """A detached worktree of ``commit`` at ``path`` (replacing a stale one)."""
+    repo = git.Repo(target)
+    _clean_worktree(repo, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    repo.git.worktree("add", "--detach", str(path), commit)
+    return path
+
+
+def remove_worktree(target: Path, path: Path) -> None:
+    _clean_worktree(git.Repo(target), path)
+
+
+def release_candidate(target: Path, prepared: PreparedCandidate, *, keep_as: str | None) -> str | None:
     """Remove both worktrees; rename the wip branch to ``keep_as`` (or delete it). Returns the kept commit."""
     repo = git.Repo(target)
-    for key in ("stack_checkout", "candidate_checkout"):
-        _clean_worktree(repo, Path(prepared[key]))
+    for checkout in (prepared.stack_checkout, prepared.candidate_checkout):
+        _clean_worktree(repo, Path(checkout))
     heads = {h.name: h for h in repo.heads}
-    wip = heads.get(prepared["wip_branch"])
+    wip = heads.get(prepared.wip_branch)
     if wip is None:
         return None
     commit = wip.commit.hexsha
     if keep_as:
         repo.git.branch("-f", keep_as, commit)
-    repo.git.branch("-D", prepared["wip_branch"])
+    repo.git.branch("-D", prepared.wip_branch)
     return commit
 
 
-def enable_in_recipe(checkout: Path, regions: list[str]) -> str | None:
+def enable_in_recipe(checkout: Path, regions: Sequence[str]) -> str | None:
     """Add ``regions`` to the embedded recipe's UPSTREAM_REGIONS and amend the candidate commit.
 
     Returns the recipe path edited, or None when nothing was missing or the target has no
@@ -157,7 +173,7 @@ def enable_in_recipe(checkout: Path, regions: list[str]) -> str | None:
     return str(EMBEDDED_SETTINGS)
 
 
-def check_scope(checkout: Path, *, parent: str, regions: list[str]) -> dict[str, Any]:
+def check_scope(checkout: Path, *, parent: str, regions: Sequence[str]) -> dict[str, Any]:
     """Files of the change, added lines naming a region in a shared default file, reaching recipes."""
     repo = git.Repo(checkout)
     files = repo.git.diff("--name-only", parent, "HEAD").split()
@@ -172,11 +188,11 @@ def check_scope(checkout: Path, *, parent: str, regions: list[str]) -> dict[str,
     return {"files": files, "shared_default_edits": hits, "reaching_recipes": recipes}
 
 
-def commit_stack_entry(target: Path, prepared: dict[str, Any], *, previous: str, position: int,
+def commit_stack_entry(target: Path, prepared: PreparedCandidate, *, previous: str, position: int,
                        label: str) -> dict[str, Any]:
     """Turn the candidate worktree's HEAD into ``stack/<position>-<label>``; verify it descends from ``previous``."""
     repo = git.Repo(target)
-    commit = git.Repo(prepared["candidate_checkout"]).head.commit.hexsha
+    commit = git.Repo(prepared.candidate_checkout).head.commit.hexsha
     branch = f"stack/{position}-{slug(label)}"
     repo.git.branch("-f", branch, commit)
     linear = is_ancestor(target, previous, commit)

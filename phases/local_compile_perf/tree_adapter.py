@@ -28,7 +28,8 @@ NO_API_MESSAGE = (
     "this tree has no local_compile API (torchtitan {version}); needs torchtitan main with "
     "torchtitan/distributed/local_compile.py"
 )
-_REGION_DECL = re.compile(r"""@local_compile\(\s*["']([\w.-]+)["']""")
+REGION_API_NAME = "local_compile"
+"""The decorator factory that declares a region: ``@local_compile("name")``."""
 _FP32_PRECISION = re.compile(r"""fp32_precision\s*=\s*["'](\w+)["']""")
 _ALLOW_TF32 = re.compile(r"""matmul\.allow_tf32\s*=\s*(True|False)""")
 EMBEDDED_SETTINGS = Path("examples/moe_layer/trainer_settings.py")
@@ -96,6 +97,36 @@ def _grep(root: Path, files: list[Path], pattern: re.Pattern[str]) -> list[Sourc
     return hits
 
 
+def declared_region_names(source: str) -> list[tuple[str, int]]:
+    """(name, line) of every region declared in ``source``, read from its syntax.
+
+    A declaration is a call of ``local_compile`` (plain name or attribute) whose first
+    argument is a string literal: the decorator ``@local_compile("rope")`` or the same
+    call applied by hand. Docstrings, comments and the API's own definition are not calls.
+    A file that does not parse declares nothing.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        first = node.args[0]
+        if name == REGION_API_NAME and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            found.append((first.value, node.lineno))
+    return sorted(found, key=lambda hit: hit[1])
+
+
+def list_region_declarations(root: Path, files: list[Path]) -> list[SourceHit]:
+    """Every region declaration in ``files``, with its path relative to ``root``."""
+    return [SourceHit(path=str(path.relative_to(root)), line=line, value=name)
+            for path in files for name, line in declared_region_names(path.read_text(errors="replace"))]
+
+
 def detect_region_api(package: Path) -> tuple[RegionApi, str]:
     """Return the region API generation of ``package`` and a one-line verdict."""
     module = package / "distributed" / "local_compile.py"
@@ -152,7 +183,7 @@ def probe_tree(tree: Path) -> TreeInventory:
         package_dir=str(package),
         region_api=api,
         region_api_message=message,
-        regions=tuple(_grep(root, files, _REGION_DECL)),
+        regions=tuple(list_region_declarations(root, files)),
         override_kernels=tuple(list_override_kernels(tree, package)),
         fp32_precision=tuple(precision_hits),
         resolved_fp32_precision=resolve_fp32_precision(precision_hits),

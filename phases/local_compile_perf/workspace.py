@@ -7,8 +7,8 @@ workspace instead of silently reusing a stale one. The tree is built in a tempor
 folder and renamed into place, so a crash never leaves a half-made workspace behind;
 an existing clean workspace is reused and only missing candidate branches are added.
 
-Candidates live in ``candidates/<name>/`` (``meta.json`` + whole-file replacements under
-``files/``); each becomes one commit on top of ``main`` on its ``branch``. Engine side:
+Candidates live in ``candidates/<name>/`` (``meta.json`` + ``change.diff`` against ``main``);
+each becomes one commit on top of ``main`` on its ``branch``. Engine side:
 GitPython only, no torch.
 """
 
@@ -37,6 +37,7 @@ def _embedded_root() -> Path:
 EMBEDDED_ROOT = _embedded_root()
 CANDIDATES_DIR = Path(__file__).resolve().parent / "candidates"
 BOT = git.Actor("orchestrator", "orchestrator@localhost")
+"""Author and committer of every commit the workflow makes (no git identity needed on the host)."""
 GITIGNORE = "__pycache__/\n*.pyc\n"
 
 

@@ -6,7 +6,7 @@ subprocess.run(["git", "-C", ws, "worktree", "add", "-f", "--detach", tree, (sys
 sys.path.insert(0, tree)
 import torch
 from phases.local_compile_perf.harness import load_harness
-from phases.kit.measure_once import build_tree_workload
+from phases.kit.harness import build_tree_workload
 from phases.kit.correctness import capture_fwd_bwd
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 h = load_harness("examples.moe_layer.harness:build_harness")

@@ -131,9 +131,19 @@ def build_backend_model(cfg_dir: str) -> Any:
     from torchtitan.experiments.transformers_modeling_backend import HFTransformerModel, TitanMoeModelConfig
 
     cfg = HFTransformerModel.Config(model_config=TitanMoeModelConfig())
-    job = SimpleNamespace(hf_model=cfg_dir, training=SimpleNamespace(seq_len=64), parallelism=None,
-                          debug=SimpleNamespace(deterministic=False), loss=SimpleNamespace())
-    cfg.update_from_config(config=job)
+    # NOTE: torchtitan 0.3.0 reads training.seq_len, later trees training.max_context_length.
+    job = SimpleNamespace(hf_model=cfg_dir, training=SimpleNamespace(seq_len=64, max_context_length=64),
+                          parallelism=None, debug=SimpleNamespace(deterministic=False), loss=SimpleNamespace())
+    try:
+        cfg.update_from_config(config=job)
+    except AttributeError as exc:
+        if not isinstance(getattr(exc, "obj", None), SimpleNamespace):
+            raise
+        from phases.add_moe_model.work.layout import UnknownTargetApi, where
+
+        raise UnknownTargetApi(f"unknown target API: {where(type(cfg).update_from_config)} update_from_config "
+                               f"reads job-config field {exc.name!r}, which the build check's job config does "
+                               "not carry (phases/add_moe_model/work/build_check.py)") from exc
     with torch.device("meta"):
         return cfg.build()
 

@@ -16,7 +16,8 @@ The record hook on ``experts`` only reads arguments; it changes nothing on the H
 
 from __future__ import annotations
 
-import copy
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -76,9 +77,9 @@ def _align(bench: Any, *, dtype: str) -> KernelAlignResult:
     params = moe_blocks.probe_moe_params(bench.site, bench.config)
     titan = moe_blocks.build_titan_moe({**params, "shared_expert_info": None}, bench.config, device=dev, dtype=dt)
     moe_blocks.load_through_adapter(titan, bench.site)
-    hf_kernel = fuse_titan_weights_into_hf_experts(bench.site.experts, titan)
-    with torch.no_grad():
+    with torch.no_grad(), titan_weights_in(bench.site.experts, titan) as hf_kernel:
         hf_on_titan = hf_kernel(*args, **kwargs)
+    with torch.no_grad():
         titan_out = run_titan_routed(titan, *_routing(args, kwargs))
     gap = numerics.measure_output_gap(hf_expert_out, titan_out.reshape(hf_expert_out.shape))
     same = (hf_on_titan.float() - hf_expert_out.float()).abs().max().item()
@@ -118,17 +119,27 @@ def titan_expert_weights(titan: Any) -> dict[str, Any]:
             "down_proj": getattr(inner, down)}
 
 
-def fuse_titan_weights_into_hf_experts(hf_experts: Any, titan: Any) -> Any:
-    """A copy of the HF experts module carrying Titan's weights (shapes must match HF's)."""
-    clone = copy.deepcopy(hf_experts)
-    for name, value in titan_expert_weights(titan).items():
-        current = getattr(clone, name, None)
-        if current is None or tuple(current.shape) != tuple(value.shape):
-            have = None if current is None else tuple(current.shape)
-            raise ValueError(f"HF experts.{name} has shape {have}, Titan gives {tuple(value.shape)}: "
-                             "layouts differ, fix the transpose in state_dict_adapter.py")
-        current.data = value.detach().to(current.dtype).clone()
-    return clone
+@contextlib.contextmanager
+def titan_weights_in(hf_experts: Any, titan: Any) -> Iterator[Any]:
+    """The HF experts module carrying Titan's weights, swapped in place and restored on exit.
+
+    In place rather than on a copy: a copy of Mixtral-sized experts (2.8 GB in bf16 per copy)
+    got the worker killed for memory on a shared 24 GiB machine.
+    """
+    saved = {}
+    try:
+        for name, value in titan_expert_weights(titan).items():
+            current = getattr(hf_experts, name, None)
+            if current is None or tuple(current.shape) != tuple(value.shape):
+                have = None if current is None else tuple(current.shape)
+                raise ValueError(f"HF experts.{name} has shape {have}, Titan gives {tuple(value.shape)}: "
+                                 "layouts differ, fix the transpose in state_dict_adapter.py")
+            saved[name] = current.data
+            current.data = value.detach().to(current.dtype)
+        yield hf_experts
+    finally:
+        for name, data in saved.items():
+            getattr(hf_experts, name).data = data
 
 
 def compare_expert_weights(hf_experts: Any, titan: Any) -> dict[str, float]:
@@ -147,11 +158,12 @@ def _routing(args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
 
 
 def run_titan_routed(titan: Any, hidden: Any, indices: Any, weights: Any) -> Any:
-    """Titan's dispatch + GroupedExperts + combine on HF's routing decision."""
+    """Titan's dispatch + GroupedExperts + combine on HF's routing decision, in the layout it takes."""
     import torch
 
-    tokens, dim = hidden.reshape(-1, hidden.shape[-1]).shape
-    k = indices.shape[-1]
-    ids = indices.reshape(1, tokens, k).long()
+    from phases.add_moe_model.work.layout import detect_routed_layout
+
+    layout = detect_routed_layout(titan.routed_experts)
+    ids = layout.per_token(indices).long()
     counts = torch.bincount(ids.flatten(), minlength=titan.routed_experts.inner_experts.num_experts)
-    return titan.routed_experts(hidden.reshape(1, tokens, dim), weights.reshape(1, tokens, k).float(), ids, counts)
+    return titan.routed_experts(layout.per_token(hidden), layout.per_token(weights).float(), ids, counts)

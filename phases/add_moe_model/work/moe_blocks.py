@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from phases.add_moe_model.work.layout import target_attr
+
 EXP = "torchtitan.experiments.transformers_modeling_backend"
 _BLOCK_ATTRS = ("mlp", "feed_forward")
 
@@ -91,14 +93,11 @@ def set_experts_impl(config, *, model_cls, wanted: str = "grouped_mm") -> str:
 
 def probe_moe_params(site: MoeSite, config) -> dict[str, Any]:
     """Run the target's own probe for this site (block or layer-level)."""
-    import importlib
-
-    moe_replacement = importlib.import_module(f"{EXP}.moe_replacement")
     config.load_balance_coeff = None
     config.comm_backend = "standard"
     if site.kind == "layer":
-        return moe_replacement._probe_layer_level_moe(site.layer, config)
-    return moe_replacement._probe_hf_moe_block(site.block, config)
+        return target_attr(f"{EXP}.moe_replacement", "_probe_layer_level_moe")(site.layer, config)
+    return target_attr(f"{EXP}.moe_replacement", "_probe_hf_moe_block")(site.block, config)
 
 
 def build_titan_moe(
@@ -110,10 +109,7 @@ def build_titan_moe(
     casting after the load as the skill's script does: same values once the weights are
     loaded, without a transient fp32 copy of every expert (Mixtral's are 5.6 GB).
     """
-    import importlib
-
-    moe_replacement = importlib.import_module(f"{EXP}.moe_replacement")
-    moe_config = moe_replacement._build_moe_config(params, config)
+    moe_config = target_attr(f"{EXP}.moe_replacement", "_build_moe_config")(params, config)
     with torch.device("meta"):
         moe = moe_config.build()
     moe.to(dtype)
@@ -140,12 +136,9 @@ def load_through_adapter(titan: nn.Module, site: MoeSite) -> dict[str, list[str]
     The adapter is used as is: a converter bug must show up as missing/unexpected keys
     or as a numerical difference, so nothing here corrects its output.
     """
-    import importlib
-
-    adapter = importlib.import_module(f"{EXP}.state_dict_adapter")
-    adapter._TITAN_TO_ORIGINAL_HF_KEY.clear()
+    target_attr(f"{EXP}.state_dict_adapter", "_TITAN_TO_ORIGINAL_HF_KEY").clear()
     prefixed = {f"mlp.{k}": v for k, v in hf_site_state_dict(site).items()}
-    converted = adapter.hf_to_titan_moe_state_dict(prefixed)
+    converted = target_attr(f"{EXP}.state_dict_adapter", "hf_to_titan_moe_state_dict")(prefixed)
     stripped = {k.removeprefix("mlp."): v for k, v in converted.items()}
     result = titan.load_state_dict(stripped, strict=False)
     return {"missing": sorted(result.missing_keys), "unexpected": sorted(result.unexpected_keys)}
@@ -153,12 +146,10 @@ def load_through_adapter(titan: nn.Module, site: MoeSite) -> dict[str, list[str]
 
 def measure_roundtrip(model: nn.Module) -> dict[str, Any]:
     """Whole-model HF -> Titan -> HF state-dict round trip through the target's adapter."""
-    import importlib
-
-    adapter = importlib.import_module(f"{EXP}.state_dict_adapter")
-    adapter._TITAN_TO_ORIGINAL_HF_KEY.clear()
+    target_attr(f"{EXP}.state_dict_adapter", "_TITAN_TO_ORIGINAL_HF_KEY").clear()
     hf_sd = model.state_dict()
-    back = adapter.titan_to_hf_moe_state_dict(adapter.hf_to_titan_moe_state_dict(hf_sd))
+    to_titan = target_attr(f"{EXP}.state_dict_adapter", "hf_to_titan_moe_state_dict")
+    back = target_attr(f"{EXP}.state_dict_adapter", "titan_to_hf_moe_state_dict")(to_titan(hf_sd))
     missing = sorted(set(hf_sd) - set(back))
     extra = sorted(set(back) - set(hf_sd))
     max_diff, shape_mismatch = 0.0, []
@@ -167,5 +158,18 @@ def measure_roundtrip(model: nn.Module) -> dict[str, Any]:
         if a.shape != b.shape:
             shape_mismatch.append(f"{key}: {tuple(a.shape)} -> {tuple(b.shape)}")
         elif a.numel():
-            max_diff = max(max_diff, (a.float() - b.float()).abs().max().item())
+            max_diff = max(max_diff, max_abs_diff(a, b))
     return {"missing": missing, "extra": extra, "max_diff": max_diff, "shape_mismatch": shape_mismatch}
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| in fp32, one slice of the first dim at a time.
+
+    Whole-tensor fp32 temporaries of Mixtral's fused experts (1.9 GB in bf16) took the worker
+    to 16 GB and got it killed on a shared machine; equal tensors need no arithmetic at all.
+    """
+    if torch.equal(a, b):
+        return 0.0
+    if a.dim() < 2:
+        return (a.float() - b.float()).abs().max().item()
+    return max((x.float() - y.float()).abs().max().item() for x, y in zip(a, b))

@@ -83,6 +83,8 @@ class CompareResult(BaseModel):
     error_type: str | None = None
     hf_experts_impl: str = ""
     moe_kind: str = ""
+    moe_layout: str = ""
+    """Token layout the target's MoE.forward takes and the code that says so (``work/layout.py``)."""
     moe_params: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
     seed: int
@@ -196,7 +198,9 @@ def collect_versions() -> dict[str, str]:
     import transformers
 
     try:
-        titan_version = importlib.metadata.version("torchtitan")
+        dist = importlib.metadata.distribution("torchtitan")
+        installed = str(dist.locate_file("torchtitan")) == str(torchtitan.__path__[0])
+        titan_version = dist.version if installed else f"checkout (not the installed {dist.version})"
     except importlib.metadata.PackageNotFoundError:
         titan_version = "unknown"
     return {"torch": torch.__version__, "transformers": transformers.__version__,
@@ -243,6 +247,7 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
     import torch
 
     from phases.add_moe_model.work import moe_blocks
+    from phases.add_moe_model.work.layout import detect_moe_layout
 
     fields = {**bench.base_fields(), "dtype": dtype, "roundtrip": bench.roundtrip}
     if bench.site is None:
@@ -258,8 +263,9 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
         params = {**params, "shared_expert_info": None}  # routed experts only, as on the HF side
     titan = moe_blocks.build_titan_moe(params, bench.config, device=dev, dtype=dt)
     load = moe_blocks.load_through_adapter(titan, bench.site)
+    layout = detect_moe_layout(titan, hidden=bench.config.hidden_size)
     with torch.no_grad():
-        tt_out = titan(x)
+        tt_out = titan(layout.tokens(x))
     seconds["titan_build_and_forward"] = elapsed(t1)
     metrics = measure_output_gap(hf_out.reshape(tt_out.shape), tt_out)
     if metrics["kl"] is not None:
@@ -268,6 +274,7 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
                                                       kl=metrics["kl"])
         seconds["firmness"] = elapsed(t2)
     return CompareResult(**fields, **metrics, load=LoadReport(**load), moe_kind=bench.site.kind,
+                         moe_layout=f"{layout.name}: {layout.evidence}",
                          moe_params=_jsonable(params), seconds=seconds)
 
 

@@ -183,6 +183,7 @@ def _strict_load(model: Any, config: Any, moe: dict, target: dict) -> tuple[KeyC
     row = moe["row"]
     with torch.device("meta"):
         titan_moe = target["moe"]._build_moe_config(moe["params"], config).build()
+    moe["layout_note"] = layout_note(type(titan_moe))
     layer_prefix = f"model.layers.{row['index']}."
     prefix = layer_prefix + ("mlp." if moe["layer_level"] else f"{row['attr']}.")
     layer_sd = {k: v for k, v in model.state_dict().items() if k.startswith(layer_prefix)}
@@ -190,6 +191,16 @@ def _strict_load(model: Any, config: Any, moe: dict, target: dict) -> tuple[KeyC
     return state_dict_checks.check_strict_load(
         target["adapter"], titan_moe, layer_sd, prefix=prefix, hf_has_correction_bias=has_bias
     )
+
+
+def layout_note(moe_cls: type) -> str:
+    from phases.add_moe_model.work.layout import from_signature, signature_text, where
+
+    found = from_signature(moe_cls)
+    if found is None:
+        return (f"Titan MoE layout not named by {signature_text(moe_cls.forward)} at {where(moe_cls.forward)}; "
+                "the numerics phase decides it with one call in each shape")
+    return f"Titan MoE takes x_{found.name}: {found.evidence}"
 
 
 def _tiny_state_dict(config: Any, moe: dict) -> dict[str, Any] | None:
@@ -261,7 +272,7 @@ def _assemble(
         target_probe=_jsonable(moe.get("params")),
         moe_attr=row["attr"] if row else None,
         built_layers=built,
-        notes=notes,
+        notes=notes + ([moe["layout_note"]] if moe.get("layout_note") else []),
         timings_s=timings,
         torchtitan_path=target["path"],
     )

@@ -1,9 +1,7 @@
-"""Worker functions of the candidate phases: graph budget, in-process screen, cross-checkout parity.
+"""Worker functions of the candidate phases: in-process screen, cross-checkout parity.
 
 Each runs inside one checkout (``run_in_checkout`` puts the worker there first):
 
-    graph_budget_worker   the kit's count over every token count + a no_grad pass, with
-                          per-region counts from the regions' own functions
     screen_worker         candidate code with the stack's regions vs with the candidate's
                           regions added, interleaved in one process (ranking only)
     capture_worker        seeded fwd+bwd captures (output + every grad, CPU copies)
@@ -19,56 +17,25 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from phases.kit.harness import HarnessRequest
+
 if TYPE_CHECKING:
     from phases.kit.correctness import DtypeCaptures
 
 
-class BudgetRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
-    regions: tuple[str, ...]
-    tokens: tuple[int, ...]
-    device: str
-    seed: int = 0
-
-
-def graph_budget_worker(request: dict) -> dict:
-    """BudgetRequest -> kit GraphCount dump, per region from the region functions' cache entries."""
-    from phases.kit.graphs import build_shape_pass, count_graphs
-    from phases.kit.measure_once import resolve_dtype
-    from phases.local_compile_perf.harness import load_harness
-    from phases.local_compile_perf.work.glue import find_region_slots
-
-    req = BudgetRequest.model_validate(request)
-    harness = load_harness(req.harness)
-    harness.bind_regions(list(req.regions))
-    functions = dict(getattr(harness, "region_functions", {}) or {})
-    slots = find_region_slots()
-    functions.update({n: slots[n].fn for n in req.regions if n not in functions and n in slots})
-    run = build_shape_pass(harness, tokens=req.tokens, device=req.device, dtype=resolve_dtype("bf16"), seed=req.seed)
-    count = count_graphs(run, functions={n: f for n, f in functions.items() if n in req.regions})
-    harness.bind_regions([])
-    return count.model_dump(mode="json")
-
-
-class ScreenRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
+class ScreenRequest(HarnessRequest):
     base_regions: tuple[str, ...]
     candidate_regions: tuple[str, ...]
     tokens: int
-    device: str
     rounds: int = 3
     warmup: int = 2
     iters: int = 5
-    seed: int = 0
 
 
 def screen_worker(request: dict) -> dict:
     """ScreenRequest -> kit ScreenResult dump with variants "base_regions" and "with_candidate"."""
-    from phases.kit.measure_once import resolve_dtype
+    from phases.kit.harness import load_harness, resolve_dtype
     from phases.kit.screen import screen_variants
-    from phases.local_compile_perf.harness import load_harness
 
     req = ScreenRequest.model_validate(request)
     harness = load_harness(req.harness)
@@ -89,15 +56,11 @@ def screen_worker(request: dict) -> dict:
     return result.model_dump(mode="json")
 
 
-class CaptureRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
+class CaptureRequest(HarnessRequest):
     tree: str
     dtypes: tuple[str, ...]
     """Any of bf16, fp32, fp64 (fp64 runs eager and is watched for downcasts)."""
     tokens: int
-    device: str
-    seed: int = 0
 
 
 class SaveCaptureRequest(CaptureRequest):
@@ -108,8 +71,7 @@ class SaveCaptureRequest(CaptureRequest):
 def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> DtypeCaptures:
     """``req.tree`` per dtype (fp64 runs eager): the reference, or a candidate replaying ``replay``."""
     from phases.kit.correctness import capture_dtypes
-    from phases.kit.measure_once import build_tree_workload, resolve_dtype
-    from phases.local_compile_perf.harness import load_harness
+    from phases.kit.harness import build_tree_workload, load_harness, resolve_dtype
 
     harness = load_harness(req.harness)
 

@@ -7,28 +7,28 @@ keeps a copy of the arguments of each distinct call signature and counts the cal
 step. Each signature is then timed alone in eager, forward and forward+backward (backward
 = the difference), and its ideal bytes are the kit's boundary bytes (inputs read once,
 outputs written once; backward: output grads and saved inputs read, input grads written).
+With ``regions`` set, the ops of those regions are timed through their compiled binding
+(the stack's code as it runs), so the findings can hold a rewrite against its ideal.
 Worker entry: ``measure_glue_worker`` (GlueRequest -> GlueResponse).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
+from phases.kit.harness import HarnessRequest, TimingKnobs
 
-class GlueRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
+
+class GlueRequest(HarnessRequest):
     tokens: int
-    device: str
-    warmup: int = 3
-    iters: int = 10
-    seed: int = 0
+    timing: TimingKnobs
+    """Warm-up and timed calls per glue op (no profile here)."""
+    regions: tuple[str, ...] = ()
+    """Regions bound while timing: their ops are timed compiled, every other op eager."""
 
 
 class GlueOp(BaseModel):
@@ -46,6 +46,8 @@ class GlueOp(BaseModel):
     bwd_bytes: int
     eager_bytes: dict[str, int]
     """What the eager ops really move, fwd and bwd (kit ideal.record_op_bytes)."""
+    compiled: bool = False
+    """True when the times are of the region's compiled binding (bytes are always the eager function's)."""
 
 
 class GlueResponse(BaseModel):
@@ -55,30 +57,10 @@ class GlueResponse(BaseModel):
     timer: str
     ops: tuple[GlueOp, ...]
     regions_found: tuple[str, ...]
+    call_floor_ms: float | None = None
+    """Median time of one compiled call that does almost nothing (a one-element add), fwd+bwd,
+    when regions were bound: what a compiled call costs here whatever its bytes."""
     provenance: dict[str, Any]
-
-
-def find_region_slots() -> dict[str, Any]:
-    """Region name -> its binding record (has ``fn`` and ``compiled``), found on loaded modules.
-
-    A region wrapper carries ``region_name`` and closes over the record the binder fills;
-    the record is what the wrapper calls when ``compiled`` is set.
-    """
-    slots: dict[str, Any] = {}
-    for module in list(sys.modules.values()):
-        for value in list(getattr(module, "__dict__", {}).values()):
-            # NOTE: plain functions only; getattr on arbitrary module globals has side effects
-            # (ctypes loaders try to dlopen the attribute name).
-            if not inspect.isfunction(value):
-                continue
-            name = getattr(value, "region_name", None)
-            if not isinstance(name, str) or name in slots:
-                continue
-            for cell in getattr(value, "__closure__", None) or ():
-                contents = cell.cell_contents
-                if hasattr(contents, "fn") and hasattr(contents, "compiled"):
-                    slots[name] = contents
-    return slots
 
 
 def _detach(value: Any) -> Any:
@@ -137,29 +119,45 @@ def _grad_step(fn: Callable[[], Any]) -> Callable[[], None] | None:
     return step
 
 
-def measure_glue_op(op: str, region: str, entry: dict[str, Any], fn: Callable[..., Any], *,
+def measure_glue_op(op: str, region: str, entry: dict[str, Any], slot: Any, *,
                     device: str, warmup: int, iters: int) -> GlueOp:
-    """Time one recorded signature alone (eager) and compute its boundary and eager bytes."""
+    """Time one recorded signature alone (its bound callable: compiled when the region is bound,
+    else eager) and compute its boundary and eager bytes from the eager function."""
     from phases.kit.ideal import boundary_bytes, record_op_bytes, sum_bytes
     from phases.kit.timing import measure_step
 
-    bound = functools.partial(fn, **entry["kwargs"])
+    eager = functools.partial(slot.fn, **entry["kwargs"])
+    timed = functools.partial(slot.compiled or slot.fn, **entry["kwargs"])
     args = entry["args"]
-    fwd = measure_step(lambda: bound(*args), warmup=warmup, iters=iters, device=device)
-    step = _grad_step(lambda: bound(*args))
+    fwd = measure_step(lambda: timed(*args), warmup=warmup, iters=iters, device=device)
+    step = _grad_step(lambda: timed(*args))
     fwdbwd = measure_step(step, warmup=warmup, iters=iters, device=device).samples_ms if step else ()
-    ideal = boundary_bytes(bound, *args)
+    ideal = boundary_bytes(eager, *args)
     return GlueOp(op=op, region=region, calls_per_step=entry["calls"], shapes=_signature(args, entry["kwargs"]),
                   fwd_ms=fwd.samples_ms, fwdbwd_ms=fwdbwd, fwd_bytes=ideal["fwd"], bwd_bytes=ideal["bwd"],
-                  eager_bytes=sum_bytes(record_op_bytes(bound, *args)))
+                  eager_bytes=sum_bytes(record_op_bytes(eager, *args)), compiled=slot.compiled is not None)
+
+
+def measure_call_floor(*, device: str, warmup: int, iters: int) -> float:
+    """fwd+bwd of a compiled one-element add: the per-call floor under which bytes do not matter."""
+    import statistics
+
+    import torch
+
+    from phases.kit.timing import measure_step
+
+    tiny = torch.compile(lambda x: x + 1, fullgraph=True)
+    x = torch.ones(1, device=device, requires_grad=True)
+    timing = measure_step(lambda: tiny(x).sum().backward(), warmup=warmup, iters=iters, device=device)
+    return statistics.median(timing.samples_ms)
 
 
 def measure_glue_worker(request: dict) -> dict:
     """Worker entry: GlueRequest -> GlueResponse (see the module docstring)."""
-    from orchestrator.progress import report
-    from phases.kit.measure_once import resolve_dtype, set_fp32_precision
+    from orchestrator.progress import Eta, report
+    from phases.kit.graphs import find_region_slots
+    from phases.kit.harness import load_harness, resolve_dtype, set_fp32_precision
     from phases.kit.provenance import collect_provenance
-    from phases.local_compile_perf.harness import load_harness
 
     req = GlueRequest.model_validate(request)
     harness = load_harness(req.harness)
@@ -169,19 +167,25 @@ def measure_glue_worker(request: dict) -> dict:
     slots = find_region_slots()
     report(f"recording calls of {len(slots)} region(s)")
     calls = record_region_calls(slots, workload.forward)
+    harness.bind_regions(list(req.regions))
     ops, per_region = [], {}
     for (region, _shapes), entry in calls.items():
         per_region[region] = per_region.get(region, 0) + 1
     index: dict[str, int] = {}
+    eta = Eta(len(calls))
     for (region, _shapes), entry in calls.items():
         index[region] = index.get(region, 0) + 1
         op = region if per_region[region] == 1 else f"{region}#{index[region]}"
-        report(f"timing glue op {op}")
-        ops.append(measure_glue_op(op, region, entry, slots[region].fn, device=req.device,
-                                   warmup=req.warmup, iters=req.iters))
+        report(f"timing glue op {op} ({eta.describe()})")
+        ops.append(measure_glue_op(op, region, entry, slots[region], device=req.device,
+                                   warmup=req.timing.warmup, iters=req.timing.iters))
+        eta.step_done()
+    harness.bind_regions([])
+    floor = measure_call_floor(device=req.device, warmup=req.timing.warmup, iters=req.timing.iters) \
+        if req.regions else None
     return GlueResponse(
         tokens=req.tokens, device=req.device, timer="cuda_events" if req.device.startswith("cuda") else "host",
-        ops=tuple(ops), regions_found=tuple(sorted(slots)),
+        ops=tuple(ops), regions_found=tuple(sorted(slots)), call_floor_ms=floor,
         provenance=collect_provenance(command=f"measure_glue_worker {req.model_dump_json()}", seed=req.seed,
                                       target=Path.cwd()),
     ).model_dump(mode="json")

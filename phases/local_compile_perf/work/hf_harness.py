@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from phases.local_compile_perf.harness import HarnessSpec, fwd_bwd_step
+from phases.kit.harness import HarnessSpec, fwd_bwd_step
 
 REGISTRY_PATH = Path(__file__).resolve().parents[2] / "add_moe_model" / "registry.json"
 SMALL_DIMS: dict[str, int] = {

@@ -25,21 +25,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from phases.kit.harness import HarnessRequest, TimingKnobs
+
 RESULT_PREFIX = "RESULT "
 
 
-class TreeRequest(BaseModel):
+class TreeRequest(HarnessRequest):
     """One tree at several token counts (the script's input)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
     tree: str
     tokens: tuple[int, ...]
-    device: str
-    warmup: int = 5
-    iters: int = 20
-    profile_steps: int = 5
-    seed: int = 0
+    timing: TimingKnobs
 
 
 class Variant(BaseModel):
@@ -53,16 +49,10 @@ class Variant(BaseModel):
     tokens: tuple[int, ...]
 
 
-class ConfirmRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
-    device: str
+class ConfirmRequest(HarnessRequest):
     variants: tuple[Variant, ...]
+    timing: TimingKnobs
     runs: int = 3
-    warmup: int = 5
-    iters: int = 20
-    profile_steps: int = 5
-    seed: int = 0
     timeout_s: float = 1200.0
 
 
@@ -96,8 +86,8 @@ def measure_tokens(req: TreeRequest) -> dict[str, Any]:
         torch._dynamo.reset()
         report(f"measuring {req.tree} at {tokens} tokens")
         result = measure_tree(MeasureRequest(
-            harness=req.harness, tree=req.tree, tokens=tokens, device=req.device, warmup=req.warmup,
-            iters=req.iters, profile_steps=req.profile_steps, seed=req.seed, cuda_graph=True,
+            harness=req.harness, tree=req.tree, tokens=tokens, device=req.device, timing=req.timing,
+            seed=req.seed, cuda_graph=True,
             target=os.getcwd(), command=" ".join([sys.executable, "-m", __name__, *sys.argv[1:]])))
         results[str(tokens)] = result.model_dump(mode="json")
     return results
@@ -109,7 +99,7 @@ def build_command(request_path: Path) -> list[str]:
 
 def confirm_variants_worker(request: dict) -> dict:
     """Worker entry: ``ConfirmRequest`` -> ``ConfirmResponse`` (see the module docstring)."""
-    from orchestrator.progress import report
+    from orchestrator.progress import Eta, report
     from phases.kit.confirm import probe_gpu_pids, run_once
     from phases.kit.screen import rotated_orders
 
@@ -123,14 +113,16 @@ def confirm_variants_worker(request: dict) -> dict:
         for name, variant in by_name.items():
             path = Path(tmp, f"{name}.json")
             path.write_text(TreeRequest(harness=req.harness, tree=variant.tree, tokens=variant.tokens,
-                                        device=req.device, warmup=req.warmup, iters=req.iters,
-                                        profile_steps=req.profile_steps, seed=req.seed).model_dump_json())
+                                        device=req.device, timing=req.timing, seed=req.seed).model_dump_json())
             commands[name] = build_command(path)
+        eta = Eta(len(orders) * len(by_name))
         for index, order in enumerate(orders):
             for name in order:
-                report(f"fresh process {index + 1}/{req.runs} of {name}")
+                report(f"fresh process {index + 1}/{req.runs} of {name} at {list(by_name[name].tokens)} tokens "
+                       f"({eta.describe()})")
                 runs[name].append(_run_in(by_name[name].checkout, commands[name], index=index, poll=poll,
                                           timeout_s=req.timeout_s, run_once=run_once))
+                eta.step_done()
     return ConfirmResponse(
         variants=tuple(VariantRuns(variant=by_name[n], command=tuple(commands[n]), runs=tuple(runs[n])) for n in by_name),
         orders=orders, gpu_poll="nvidia-smi" if poll else "not applicable: nvidia-smi not available (no GPU)",

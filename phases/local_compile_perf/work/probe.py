@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from phases.kit.harness import HarnessRequest
 
 
-class ProbeRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: str
+class ProbeRequest(HarnessRequest):
     device: str = "auto"
     """"auto" picks cuda when a CUDA device is visible, else cpu."""
 
@@ -16,8 +14,8 @@ def probe_target_worker(request: dict) -> dict:
     """ProbeRequest -> {"device", "device_name", "torch", "cuda", "spec"}."""
     import torch
 
+    from phases.kit.harness import load_harness
     from phases.kit.provenance import probe_device_name
-    from phases.local_compile_perf.harness import HarnessSpecRecord, load_harness
 
     req = ProbeRequest.model_validate(request)
     device = req.device if req.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -26,4 +24,4 @@ def probe_target_worker(request: dict) -> dict:
     harness = load_harness(req.harness)
     return {"device": device, "device_name": probe_device_name() if device.startswith("cuda") else
             f"cpu ({probe_device_name()})", "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-            "spec": HarnessSpecRecord.from_spec(harness.spec).model_dump(mode="json")}
+            "spec": harness.spec.model_dump(mode="json")}

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict
 
 from phases.kit.correctness import rel_l2
-from phases.local_compile_perf.harness import Harness, HarnessSpecRecord, load_harness
+from phases.kit.harness import Harness, HarnessRequest, HarnessSpec, load_harness
 from phases.local_compile_perf.tree_adapter import resolve_target_fp32_precision
 
 if TYPE_CHECKING:
@@ -48,20 +48,14 @@ class TrapFinding(BaseModel):
     evidence: dict[str, float | int | str] = {}
 
 
-class TrapRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    harness: str
-    """Harness ref, e.g. "examples.moe_layer.harness:build_harness" or "hf:qwen3_moe"."""
+class TrapRequest(HarnessRequest):
     tokens: int = 256
-    device: str = "cpu"
-    seed: int = 0
 
 
 class TrapResponse(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    spec: HarnessSpecRecord
+    spec: HarnessSpec
     findings: tuple[TrapFinding, ...]
     passed: bool
     torch_version: str
@@ -252,7 +246,7 @@ def run_trap_checks(request: dict) -> dict:
     report("checking measurement traps")
     findings = check_harness_traps(harness, tokens=req.tokens, device=req.device)
     return TrapResponse(
-        spec=HarnessSpecRecord.from_spec(harness.spec),
+        spec=harness.spec,
         findings=tuple(findings),
         passed=all(f.status == "pass" for f in findings),
         torch_version=torch.__version__,

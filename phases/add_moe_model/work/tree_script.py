@@ -1,0 +1,57 @@
+"""Worker: run the target's own ``numerical_equivalence.py`` for one model, output kept verbatim.
+
+The script runs unmodified as ``__main__`` (``runpy``) with the skill's arguments, in this
+worker process of the target (so torchtitan is imported once). Its stdout and stderr go to
+one buffer, in order, exactly as a terminal would show them. One read-only observation is
+added: a global forward pre-hook records the shapes the target's Titan MoE received, so a
+script that feeds its MoE a layout it no longer takes can be named as the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import runpy
+import sys
+import traceback
+from typing import Any
+
+MAX_RECORDED = 8
+
+
+def run_numerical_equivalence(request: dict[str, Any]) -> dict[str, Any]:
+    """Request: {"script", "model_type", "device" ("auto" leaves the script's default), "seed"}."""
+    argv = [request["script"], "--models", request["model_type"], "--seed", str(request["seed"])]
+    if request.get("device", "auto") != "auto":
+        argv += ["--device", request["device"]]
+    buffer, inputs = io.StringIO(), []
+    handle = _record_titan_moe_inputs(inputs)
+    saved_argv, code = sys.argv, 0
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            sys.argv = argv
+            try:
+                runpy.run_path(request["script"], run_name="__main__")
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:  # noqa: BLE001 (an uncaught error is part of the script's output)
+                traceback.print_exc(file=buffer)
+                code = 1
+    finally:
+        sys.argv = saved_argv
+        handle.remove()
+    return {"argv": ["python", *argv], "returncode": code, "output": buffer.getvalue(), "moe_inputs": inputs}
+
+
+def _record_titan_moe_inputs(inputs: list[dict[str, Any]]) -> Any:
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    def record(module: Any, args: tuple) -> None:
+        cls = type(module)
+        if len(inputs) >= MAX_RECORDED or not cls.__module__.startswith("torchtitan.") \
+                or not hasattr(module, "routed_experts"):
+            return
+        shapes = [list(a.shape) for a in args if hasattr(a, "shape")]
+        inputs.append({"module": f"{cls.__module__}.{cls.__qualname__}", "input_shapes": shapes})
+
+    return register_module_forward_pre_hook(record)

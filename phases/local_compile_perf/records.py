@@ -1,0 +1,175 @@
+"""What the local-compile-perf phases hand each other: frozen, typed records.
+
+A phase returns ``data=record.model_dump(mode="json")``; a later phase reads it back with
+``ctx.result("plan", Plan)``. The fields say what each number is, so an auditor reads the
+format here rather than in the phases.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from phases.kit.harness import HarnessSpec, TimingKnobs
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Sizes(Record):
+    """How big and how long every measurement of the run is, and why."""
+
+    tokens: tuple[int, ...]
+    """Packed tokens per rank, small to large (at least 3 counts)."""
+    per_layer_tokens: tuple[int, ...]
+    """Token counts where the per-layer compile tree is measured."""
+    timing: TimingKnobs
+    runs: int
+    """Fresh processes per cited number."""
+    source: str
+    """"given" (every size passed as an option), "cuda defaults" or "cpu defaults" (some filled in)."""
+    why: str
+    """Why these sizes: the skill's on CUDA, or what a CPU host can finish."""
+
+
+class Plan(Record):
+    """The plan phase's answer: the target, the device, the sizes, the budget and the stop rule."""
+
+    harness: str
+    """Harness factory ref loaded by every worker."""
+    kind: str
+    """embedded, hf or tree."""
+    device: str
+    device_name: str
+    torch: str
+    spec: HarnessSpec
+    sizes: Sizes
+    budget: str
+    budget_s: float
+    stop_threshold: float
+    """Stop when the remaining gap or the next gain is under this share of the layer."""
+    correctness_tokens: int
+    inventory: dict[str, Any]
+    """Region API, region declarations, override kernels, fp32 precision (plan.probe_inventory)."""
+    started_at: str
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return self.sizes.tokens
+
+    @property
+    def timing(self) -> TimingKnobs:
+        return self.sizes.timing
+
+
+class PreparedCandidate(Record):
+    """A submitted branch replayed on the stack tip as one commit, in its own worktree (stack.prepare_candidate)."""
+
+    n: int
+    """1 for the run's first candidate, then 2, 3, ..."""
+    name: str
+    """``<n>-<slug of the label>``: names the wip, rejected and worktree paths."""
+    tip: str
+    """The stack tip commit the candidate was replayed on."""
+    commits: tuple[str, ...]
+    """The submitted branch's commits beyond its merge base with the tip."""
+    wip_branch: str
+    wip_commit: str
+    stack_checkout: str
+    """Worktree of the tip (detached): the stack side of every comparison."""
+    candidate_checkout: str
+    files: tuple[str, ...]
+    candidate_regions: tuple[str, ...]
+    regions_source: str
+    """"--regions" or "declared in the changed files"."""
+    stack_regions: tuple[str, ...]
+    """Regions the stack's recipe enables before this candidate."""
+
+    @property
+    def tree_regions(self) -> list[str]:
+        """The regions of the candidate's tree: the stack's, then the candidate's new ones."""
+        return list(dict.fromkeys([*self.stack_regions, *self.candidate_regions]))
+
+
+class Candidate(Record):
+    """The candidate under test: the submission and, once replayed, its worktrees."""
+
+    id: str
+    branch: str
+    label: str
+    regions: tuple[str, ...] = ()
+    actor: str
+    tool_call_id: str | None = None
+    submitted_at: str
+    prepared: PreparedCandidate | None = None
+    """None when the branch could not be replayed on the stack tip."""
+
+
+class Picked(Record):
+    """pick_fix's answer when it passes a candidate on to the checks."""
+
+    candidate: Candidate
+
+
+class Judgement(Record):
+    """The candidate against the stack at one token count, from two cited cells."""
+
+    tokens: int
+    metric: str
+    """"wall_ms" (normal launch) or "replay_ms" (CUDA-graph replay)."""
+    stack: float
+    candidate: float
+    delta_pct: float
+    """(candidate - stack) / stack, in percent: negative is faster."""
+    noise_band_pct: float
+    """The larger spread of the two cells' fresh-process samples (kit spread_pct_of)."""
+    verdict: Literal["win", "neutral", "loss"]
+
+
+class Cell(Record):
+    """One (variant, tokens) cell of a fresh-process confirmation: cited medians with every sample."""
+
+    variant: str
+    """E.g. "eager", "upstream", "per_layer", "stack", "candidate"."""
+    tree: str
+    tokens: int
+    status: Literal["measured", "failed", "not_applicable"]
+    reason: str = ""
+    """Why a cell is failed or not applicable ("" when measured)."""
+    checkout: str = ""
+    runs_ok: int = 0
+    runs_asked: int = 0
+    foreign_pids: tuple[int, ...] = ()
+    """GPU compute processes seen during its runs that were not theirs."""
+    failed: tuple[dict[str, Any], ...] = ()
+    """{index, returncode, log_tail} of each FAILED fresh process."""
+    samples: dict[str, tuple[float, ...]] = {}
+    """Per metric (wall_ms, replay_ms, kernel_ms, glue_ms): one value per fresh process."""
+    cited: dict[str, float] = {}
+    """Per metric: the median of its samples, the number the docs cite."""
+    not_applicable: dict[str, str] = {}
+    kernel_count: float | None = None
+    families: tuple[dict[str, Any], ...] = ()
+    """Kernel families of the first process: {family, count_per_step, ms_per_step}."""
+    regions: tuple[str, ...] = ()
+    peak_gib: float | None = None
+    compile_ms: tuple[float | None, ...] = ()
+    provenance: dict[str, Any] | None = None
+    """Command, device, versions, commit (None in the slim copies phases hand on)."""
+    spec: dict[str, Any] | None = None
+    candidate_id: str | None = None
+
+    def slim(self) -> "Cell":
+        """The cell without its bulky provenance (that is in the measurement events)."""
+        return self.model_copy(update={"provenance": None, "spec": None})
+
+
+class Baselines(Record):
+    """The baselines phase's answer: trap findings and every cell of the three trees."""
+
+    traps: dict[str, Any]
+    rows: tuple[Cell, ...]
+    gpu_poll: str
+    orders: tuple[tuple[str, ...], ...]

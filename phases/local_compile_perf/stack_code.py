@@ -1,0 +1,126 @@
+"""The stack's own code, measured once the stack is complete (for the findings).
+
+Per-layer compile is a baseline, not a ceiling, and regions on rewritten code against
+per-layer compile of main mixes two effects: the rewrites and the region boundaries. So
+the final stack tip is measured three ways, interleaved in fresh processes at the
+per-layer token counts: per-layer compile of main, the region stack, and per-layer
+compile of the stack's own (rewritten) code. Its glue ops are then timed as the stack runs
+them (compiled where a region is enabled) against their ideal times, and each op still
+far from its ideal gets what blocks it: the traffic the eager ops move against the
+boundary bytes, whether it is compiled at all, and the agent's ``blocker:`` notes.
+Measured once per stack tip (record ``stack_code``); a re-run of findings reuses it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from orchestrator.phase_api import PhaseContext
+from phases.kit.ideal import ideal_ms
+from phases.local_compile_perf.candidates import IN_CHECKOUT, in_checkout
+from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.records import Cell, Plan
+from phases.local_compile_perf.stack import add_detached_worktree, recipe_regions, remove_worktree
+from phases.local_compile_perf.work.glue import GlueRequest
+from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
+
+CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
+GLUE = "phases.local_compile_perf.work.glue:measure_glue_worker"
+REACHED_RATIO = 1.5
+"""An op within this factor of its ideal time counts as reached."""
+FLOOR_FACTOR = 3.0
+"""An op whose call costs under this many compiled no-op calls is set by call overhead."""
+TREES = (("per_layer_main", "main", "per_layer"), ("regions_stack", "stack", "upstream"),
+         ("per_layer_stack", "stack", "per_layer"))
+
+
+def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: float) -> dict[str, Any]:
+    """The ``stack_code`` record of ``tip`` (measured now unless recorded already)."""
+    done = [r for r in ctx.state["records"].get("stack_code", []) if r["commit"] == tip]
+    if done:
+        return done[-1]
+    path = add_detached_worktree(ctx.target, tip, ctx.scratch_dir / "worktrees" / f"stack-code-{tip[:10]}")
+    try:
+        checkouts = {"main": str(ctx.target), "stack": str(path)}
+        tokens = plan.sizes.per_layer_tokens
+        variants = tuple(Variant(name=name, checkout=checkouts[where], tree=tree, tokens=tokens)
+                         for name, where, tree in TREES)
+        request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
+                                 timing=plan.timing)
+        rows = build_cells(ctx.call_worker(CONFIRM, request.model_dump(mode="json"), label="stack code"),
+                           runs=plan.sizes.runs)
+        record_cells(ctx, rows, purpose="stack code")
+        regions = recipe_regions(path)
+        glue = GlueRequest(harness=plan.harness, device=plan.device, tokens=max(plan.tokens), regions=regions,
+                           timing=plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)}))
+        answer = ctx.call_worker(IN_CHECKOUT, in_checkout(str(path), GLUE, glue), label="stack glue ops")
+    finally:
+        remove_worktree(ctx.target, path)
+    blockers = [n["text"] for n in ctx.notes() if n["text"].startswith("blocker:")]
+    floor = answer["call_floor_ms"]
+    ops = [judge_op(op, bandwidth_tbs, blockers, floor_ms=floor) for op in answer["ops"]]
+    record = {"commit": tip, "tokens": list(tokens), "regions": list(regions),
+              "rows": [r.slim().model_dump(mode="json") for r in rows],
+              "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
+              "call_floor_ms": floor, "ops": ops}
+    ctx.add_record("stack_code", record)
+    return record
+
+
+def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:
+    """Cited wall and glue of the three trees at ``tokens``, and what the comparison says."""
+    cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None) for name, _where, _tree in TREES}
+    out: dict[str, Any] = {"tokens": tokens, **cited, "reading": "not measured (a cell FAILED: see the worker log)"}
+    if None in cited.values():
+        return out
+    main, regions, block = (cited[n]["glue_ms"] for n in ("per_layer_main", "regions_stack", "per_layer_stack"))
+    rewrites, boundaries = (block - main) / main * 100, (regions - block) / block * 100
+    out["reading"] = (f"the rewrites move per-layer compile's glue {rewrites:+.1f}% (main -> stack code); regions vs "
+                      f"per-layer compile of the same code {boundaries:+.1f}%")
+    return out
+
+
+def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str], *,
+             floor_ms: float | None) -> dict[str, Any]:
+    """One glue op as the stack runs it against its ideal time, and what keeps it from there."""
+    calls = op["calls_per_step"]
+    samples = op["fwdbwd_ms"] or op["fwd_ms"]
+    nbytes = op["fwd_bytes"] + (op["bwd_bytes"] if op["fwdbwd_ms"] else 0)
+    measured, ideal = statistics.median(samples) * calls, ideal_ms(nbytes, bandwidth_tbs) * calls
+    if not nbytes:
+        return {"op": op["op"], "region": op["region"], "compiled": op["compiled"], "measured_ms": measured,
+                "ideal_ms": 0.0, "ratio": None, "eager_traffic_ratio": None,
+                "blocker": "no ideal: the op moves no tensor bytes across its boundary"}
+    ratio = measured / ideal
+    eager_bytes = sum(op["eager_bytes"].values()) if op["fwdbwd_ms"] else op["eager_bytes"]["fwd"]
+    traffic = eager_bytes / nbytes
+    notes = [b for b in blockers if op["region"] in b]
+    return {"op": op["op"], "region": op["region"], "compiled": op["compiled"], "measured_ms": measured,
+            "ideal_ms": ideal, "ratio": ratio, "eager_traffic_ratio": traffic,
+            "blocker": blocker_text(compiled=op["compiled"], ratio=ratio, traffic=traffic, notes=notes,
+                                    per_call_ms=statistics.median(samples), floor_ms=floor_ms)}
+
+
+def blocker_text(*, compiled: bool, ratio: float, traffic: float, notes: list[str], per_call_ms: float,
+                 floor_ms: float | None) -> str:
+    """What the numbers say keeps an op from its ideal ("" when it is within REACHED_RATIO).
+
+    The engine cannot see inside a kernel, so each reason names its evidence and where to look.
+    """
+    if ratio <= REACHED_RATIO:
+        return ""
+    if not compiled:
+        reason = "not compiled in the stack: it runs eager (no region of the stack takes it)"
+    elif floor_ms is not None and per_call_ms < FLOOR_FACTOR * floor_ms:
+        reason = (f"call overhead: one call takes {per_call_ms:.4f} ms and a compiled one-element add "
+                  f"{floor_ms:.4f} ms here, so launch and dispatch set its time, not its bytes: a larger region "
+                  "(fused with its neighbours) or CUDA-graph replay is the way down")
+    elif traffic > REACHED_RATIO:
+        reason = (f"the bytes, likely: its eager ops move {traffic:.1f}x the boundary bytes and compiled it is still "
+                  f"{ratio:.1f}x its ideal, as if the kernels kept the intermediate traffic: read the region's "
+                  "kernel table for a split kernel or a graph break")
+    else:
+        reason = (f"the kernel: its eager traffic is already the boundary bytes ({traffic:.1f}x), yet it takes "
+                  f"{ratio:.1f}x its ideal: a kernel that does not reach bandwidth at these sizes")
+    return "; ".join([reason, *notes])

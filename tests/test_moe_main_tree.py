@@ -1,0 +1,196 @@
+"""add-moe-model on torchtitan main (the snapshot in ../shared/targets), where the skill lives.
+
+The three things a new user met there (issue 13), each kept as a test: the frozen guard fired
+on an untouched tree, the numerics worker fed main's x_TD MoE the 0.3.0 layout and blamed the
+expert weights, and the tree's own numerical_equivalence.py fails on its tree. One real run of
+the workflow (qwen3_moe, CPU) is shared by the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import git
+import pytest
+
+from phases.add_moe_model import compat_doc, numerics, rules, tree_scripts
+from phases.add_moe_model.gap_recipes import build_all_patches
+from phases.add_moe_model.workspace import EXP, new_run_workspace
+from tests.conftest import clone_of, cli, make_repo
+
+DOC = EXP + "MODEL_COMPATIBILITY.md"
+UPSTREAM_TYPES = ("qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "glm_moe_dsa",
+                  "gemma4_text")
+
+
+def guard_state(target: Path) -> dict:
+    return {"target": str(target), "base": {"commit": git.Repo(target).head.commit.hexsha}, "open_patches": {}}
+
+
+def test_frozen_guard_reads_the_base_with_its_trailing_newline(tmp_path):
+    repo = make_repo(tmp_path / "t", {rules.NE: "_MODEL_CONFIGS = {}\n", rules.NEP: "THRESHOLD = 1e-6\n"})
+    state = guard_state(Path(repo.working_tree_dir))
+    assert rules.frozen_thresholds_guard(state) is None
+    (Path(repo.working_tree_dir) / rules.NEP).write_text("THRESHOLD = 1e-6")
+    violation = rules.frozen_thresholds_guard(state)
+    assert violation is not None and f"{rules.NEP} changed" in violation.message
+
+
+def test_no_guard_fires_on_either_untouched_tree(main_snapshot, tmp_path):
+    embedded = new_run_workspace(tmp_path / "state")
+    for target in (main_snapshot, embedded):
+        state = guard_state(target)
+        for guard in (rules.frozen_thresholds_guard, rules.scope_guard, rules.forbidden_calls_guard):
+            assert guard(state) is None, (target, guard.__name__, guard(state))
+
+
+def test_a_broadcast_error_in_the_moe_is_not_blamed_on_the_expert_weights():
+    seen_on_main = ("RuntimeError: output with shape [8] doesn't match the broadcast shape [16, 8] "
+                    "[at moe.py:438 forward <- module.py:1789 _call_impl]")
+    issue = numerics.triage_error("qwen3_moe", "RuntimeError", seen_on_main)
+    assert issue.code == "numerics_error" and "moe.py:438" in issue.message
+
+
+def test_an_unknown_layout_ends_the_phase_as_a_finding_naming_what_and_where():
+    from phases.add_moe_model.work.numerics import CompareResult, RoundTrip
+
+    error = ("UnknownMoeLayout: unknown MoE token layout: MoE.forward(self, h) at torchtitan/x/moe.py:12: "
+             "its first argument names neither x_BLD nor x_TD")
+    row = CompareResult(model_type="m", dtype="bfloat16", device="cpu", status="ERROR", seed=0,
+                        roundtrip=RoundTrip(status="PASS"), error=error, error_type="UnknownMoeLayout")
+    result = numerics.decide([row])
+    assert result.outcome == "failed" and result.issues[0].code == "unknown_moe_layout"
+    assert "torchtitan/x/moe.py:12" in result.issues[0].message
+
+
+def test_layout_is_read_from_the_signature_or_one_call_in_each_shape():
+    import torch
+
+    from phases.add_moe_model.work import layout
+
+    class Flat(torch.nn.Module):
+        def forward(self, x_TD):
+            return x_TD
+
+    class Unnamed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(4, 4)
+
+        def forward(self, hidden):
+            assert hidden.dim() == 3, "takes (B, L, D)"
+            return self.w(hidden)
+
+    class Neither(Unnamed):
+        def forward(self, hidden):
+            return hidden.sum()
+
+    assert layout.detect_moe_layout(Flat(), hidden=4).name == "TD"
+    found = layout.detect_moe_layout(Unnamed(), hidden=4)
+    assert found.name == "BLD" and "only the BLD call" in found.evidence
+    with pytest.raises(layout.UnknownMoeLayout, match=r"Neither.forward\(self, hidden\) at .*test_moe_main_tree"):
+        layout.detect_moe_layout(Neither(), hidden=4)
+    x = torch.zeros(2, 3, 4)
+    assert layout.MoeLayout(name="TD", evidence="").tokens(x).shape == (6, 4)
+
+
+def test_tree_script_output_is_parsed_and_the_stricter_tier_stands():
+    output = ("\nNumerical equivalence test (device=cpu, seed=42)\n"
+              "  WARN   qwen3_moe             KL=2.00e-06  cos=0.999990  max_diff=7.81e-03\n"
+              "State dict adapter round-trip test\n"
+              "  PASS   qwen3_moe             round-trip max_diff=0.00e+00\n")
+    answer = {"argv": ["python", "ne.py"], "returncode": 0, "output": output, "moe_inputs": []}
+    script = tree_scripts.build_verdict(answer, model_type="qwen3_moe", our_layout="TD: x")
+    assert (script.status, script.kl, script.roundtrip, script.finding) == ("WARN", 2e-06, "PASS", None)
+    ours = {"status": "PASS", "kl": 5e-07}
+    assert tree_scripts.standing(ours, script)["stands"] == "tree_script"
+    assert tree_scripts.standing({"status": "WARN", "kl": 2e-6}, script)["stands"] == "builtin"
+
+
+def test_doc_update_on_main_replaces_the_models_row_and_section_and_keeps_the_others(main_snapshot):
+    from orchestrator.context import render_template
+
+    before = (main_snapshot / DOC).read_text()
+    values = {"name": "GLM-5-DSA", "model_type": "glm_moe_dsa", "status": "WARN", "kl": 2e-4, "max_diff": 0.1,
+              "cos_sim": 0.99999, "roundtrip": "PASS", "fsdp": "UNRUN (1 GPU) / UNRUN (2 GPUs)", "fsdp_ep": "UNRUN (2 GPUs)",
+              "build_check": "2:PASS", "core_issues": [], "gap_rows": [],
+              "probe": {"score_func": "sigmoid", "top_k": 2, "num_experts": 8, "route_norm": True, "hidden_size": 64,
+                        "moe_intermediate_size": 32, "shared_experts": "additive", "attention": "mla",
+                        "moe_mechanism": "first_k_dense_replace", "min_layers_needed": 2}}
+    after = compat_doc.update_doc(before, values, render=lambda t, **v: render_template("phases", t, **v))
+    for model_type in UPSTREAM_TYPES:
+        assert after.count(f"| {model_type} |") == 1, model_type
+    assert after.count("(glm_moe_dsa)") == 1 and "| GLM-5 (DSA) | glm_moe_dsa | WARN | 2.00e-04 |" in after
+    assert "| GLM-5 DSA | PASS | PASS |" in after and "GLM-5-DSA" not in after
+    assert "torchrun FSDP UNRUN (1 GPU) / UNRUN (2 GPUs)" in after
+    untouched = [line for line in before.splitlines() if "glm_moe_dsa" not in line and "GLM-5" not in line]
+    assert all(line in after.splitlines() for line in untouched if line.startswith("| "))
+
+
+def test_gap_recipes_apply_to_mains_core_files(main_snapshot, tmp_path):
+    repo = git.Repo(clone_of(main_snapshot, tmp_path / "tt"))
+    for patch in build_all_patches(Path(repo.working_tree_dir)):
+        assert patch.status == "applicable", patch.reason
+        diff = tmp_path / f"{patch.name}.diff"
+        diff.write_text(patch.diff)
+        repo.git.apply("--check", str(diff))
+
+
+@pytest.fixture(scope="session")
+def main_qwen_run(main_snapshot, tmp_path_factory) -> dict:
+    """One real run of the workflow on a clone of main (CPU), shared by the tests below."""
+    home = tmp_path_factory.mktemp("main-run")
+    target = clone_of(main_snapshot, home / "tt")
+    state = home / "state"
+    done = cli("run", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--target", str(target), "--branch", "new",
+               "--commit", "auto", "--device", "cpu", "--json", state_dir=state, timeout=1500)
+    status = json.loads(done.stdout.strip().splitlines()[-1])
+    if done.returncode == 3 and status["phase"] == "parallelism":  # no GPU here: a human accepts the unrun rows
+        done = cli("resume", status["run_id"], "--answer", "unrun_rows=accept", "--json", state_dir=state,
+                   timeout=1500)
+        status = json.loads(done.stdout.strip().splitlines()[-1])
+    trail = [json.loads(line) for line in (state / "runs" / status["run_id"] / "events.jsonl").read_text().splitlines()]
+    return {"code": done.returncode, "status": status, "trail": trail, "state": state, "target": target,
+            "stderr": done.stderr}
+
+
+def _completed(trail: list[dict], phase: str) -> dict:
+    return next(e for e in trail if e["type"] == "phase_completed" and e["phase"] == phase)["data"]["data"]
+
+
+@pytest.mark.slow
+def test_qwen3_on_main_reaches_a_verdict_and_commits_inside_the_experiment(main_qwen_run):
+    assert main_qwen_run["code"] == 0, main_qwen_run["stderr"][-2000:]
+    verdict = _completed(main_qwen_run["trail"], "numerics")["verdict"]
+    assert verdict["status"] in ("PASS", "WARN") and verdict["moe_layout"].startswith("TD: MoE.forward(self, x_TD")
+    repo = git.Repo(main_qwen_run["target"])
+    files = list(repo.head.commit.stats.files)
+    assert sorted(files) == sorted([DOC, rules.NE]), files
+    doc = (main_qwen_run["target"] / DOC).read_text()
+    assert all(doc.count(f"| {t} |") == 1 for t in UPSTREAM_TYPES) and doc.count("(qwen3_moe)") == 1
+    state = main_qwen_run["state"]
+    assert cli("audit", main_qwen_run["status"]["run_id"], state_dir=state).returncode == 0
+
+
+@pytest.mark.slow
+def test_trees_own_script_runs_beside_and_its_failure_is_a_finding_with_its_cause(main_qwen_run):
+    data = _completed(main_qwen_run["trail"], "numerics")
+    script, stand = data["tree_script"], data["verdict_standing"]
+    artifacts = main_qwen_run["state"] / "runs" / main_qwen_run["status"]["run_id"] / "artifacts"
+    verbatim = (artifacts / "tree_script_numerics.txt").read_text()
+    assert "State dict adapter round-trip test" in verbatim and verbatim.rstrip().endswith(f"[exit {script['returncode']}]")
+    assert script["status"] == "ERROR" and "  ERROR  qwen3_moe" in verbatim and stand["stands"] == "builtin"
+    assert "feeds the Titan MoE input of shape [2, 16, 2048]" in script["finding"]
+    assert "takes x_TD (2-D)" in script["finding"] and "moe.py:396" in script["finding"]
+    notes = [e["data"]["text"] for e in main_qwen_run["trail"] if e["type"] == "note_added"]
+    assert script["finding"] in notes
+
+
+def test_a_layout_the_target_declares_unsupported_is_not_an_unsharded_module():
+    from phases.add_moe_model.parallelism import declared_unsupported
+
+    dsa = {"status": "FAIL", "error": "NotImplementedError: GlmMoeDsaAttention: the DSA indexer is currently not "
+                                      "supported under tensor parallelism [at hf_sharding.py:352]"}
+    assert declared_unsupported(dsa)
+    assert not declared_unsupported({"status": "FAIL", "error": None, "unsharded_modules": ["layers.0.mlp"]})
