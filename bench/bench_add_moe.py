@@ -13,6 +13,10 @@ so the numerics floor then adds one bare run of that script.
 2. numerics: the numerics phase of Qwen3-30B-A3B's synthetic config vs a bare `python -c`
    that imports the same modules and runs the HF block and the Titan MoE forward once in
    each of the two dtypes.                                                goal <= 1.5x, < 60 s
+3. survey (`--survey MODELS|all`, or `--survey-out DIR --survey-state DIR` to read a finished
+   one): the whole `orchestrator survey add-moe-model` against its floor, one warm import plus
+   the worker time each model's build and compare took (every worker call of every run,
+   from the trail).                              goal: all on 2 cores within 25 min (10 min)
 """
 
 from __future__ import annotations
@@ -94,6 +98,27 @@ def start(model: str, state: Path, target: Path | None) -> str:
     return json.loads(out.stdout)["run_id"]
 
 
+def survey_against_floor(out: Path, state: Path) -> str:
+    body = json.loads((out / "survey.json").read_text())
+    worker = 0.0
+    for row in body["rows"]:
+        if row["run_id"]:
+            events = (state / "runs" / row["run_id"] / "events.jsonl").read_text().splitlines()
+            worker += sum(e["data"]["seconds"] for e in map(json.loads, events) if e["type"] == "worker_finished")
+    floor = (body["warm_import_s"] or 0.0) + worker
+    return (f"survey ({len(body['rows'])} model types, {body['counts']}): {body['seconds']:.0f} s "
+            f"({body['seconds'] / 60:.1f} min) vs floor {floor:.0f} s (one import {body['warm_import_s']} s + "
+            f"worker time {worker:.0f} s) -> {body['seconds'] / floor:.2f}x (goal: <= 25 min, 10 min)")
+
+
+def run_survey(models: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        state, out = Path(tmp, "state"), Path(tmp, "out")
+        subprocess.run(cli("survey", "add-moe-model", "--models", models, "--device", "cpu", "--out", str(out),
+                           "--json", state=state), cwd=ROOT, capture_output=True, check=False)
+        return survey_against_floor(out, state)
+
+
 def fresh_clone(target: Path, state: Path) -> Path:
     dest = Path(tempfile.mkdtemp(prefix="tt-", dir=state))
     subprocess.run(["git", "clone", "-q", str(target), str(dest)], check=True)
@@ -103,8 +128,14 @@ def fresh_clone(target: Path, state: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--survey", metavar="MODELS", help="run the survey (all, or types) and time it")
+    parser.add_argument("--survey-out", type=Path, help="read a finished survey's survey.json instead")
+    parser.add_argument("--survey-state", type=Path, help="its state dir (the runs' trails)")
     parser.add_argument("--target", type=Path, help="a torchtitan git checkout (default: the embedded workspace)")
     args = parser.parse_args()
+    if args.survey or args.survey_out:
+        print(survey_against_floor(args.survey_out, args.survey_state) if args.survey_out else run_survey(args.survey))
+        return
     tree = args.target.resolve() if args.target else None
     print(f"target: {tree or 'embedded (installed torchtitan)'}")
     with tempfile.TemporaryDirectory() as tmp:

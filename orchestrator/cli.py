@@ -369,11 +369,18 @@ def graph_cmd(settings: _Settings, workflow: str) -> int:
 
 
 def _register_plugins() -> None:
-    """Commands that live in their own modules (submissions and the patch ledger, agent, mcp)."""
+    """Commands that live in their own modules: submissions and the patch ledger, agent and mcp, and the
+    commands workflows add (registered beside the workflows in ``orchestrator.workflow``)."""
     import importlib
 
-    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent"):
-        importlib.import_module(module).register(main, command)
+    from orchestrator.workflow import BUILTIN_COMMANDS
+
+    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", *BUILTIN_COMMANDS):
+        try:
+            importlib.import_module(module).register(main, command)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
 
 
 _register_plugins()

@@ -5,7 +5,10 @@ checkout first on ``PYTHONPATH`` and as its working directory, so the code an ag
 edited is the code that runs. stdout and stderr go to one log file (kept as an artifact by
 the caller); ``@@progress`` lines from stderr are shown live. A worker that exits non-zero,
 times out, or leaves no answer file raises ``WorkerFailed`` and its log ends with a
-``FAILED`` marker line so nobody mistakes an earlier result for this run's.
+``FAILED`` marker line so nobody mistakes an earlier result for this run's. When a warm
+worker is running (``orchestrator.warm_worker``, e.g. during a survey) the call is forked
+from it instead, with the same contract; it answers "not here" when a file it imported
+differs in the target, and the call then runs in a fresh process as above.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import progress
+from orchestrator import progress, warm_worker
 from orchestrator.errors import WorkerFailed
 
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -67,8 +70,13 @@ def run_worker(
     with tempfile.TemporaryDirectory(prefix="orchestrator-worker-") as tmp:
         request_path, answer_path = Path(tmp, "request.json"), Path(tmp, "answer.json")
         request_path.write_text(json.dumps(request))
-        command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]
         started = time.monotonic()
+        if python == sys.executable:
+            warm = warm_worker.run_warm(func, request_path, answer_path, target=target, timeout_s=timeout_s,
+                                        on_progress=on_progress)
+            if warm is not None:
+                return _finish(func, warm, answer_path=answer_path, seconds=time.monotonic() - started)
+        command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]
         try:
             child = subprocess.Popen(
                 command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
@@ -90,14 +98,18 @@ def run_worker(
             _kill_group(child)
             raise
         reader.join(timeout=10)
-        seconds = time.monotonic() - started
-        answer = _read_answer(answer_path) if status == "ok" and child.returncode == 0 else None
-        if status == "ok" and answer is None:
-            status = "failed"
-        if status != "ok":
-            log += f"\nFAILED {func} status={status} returncode={child.returncode} after {seconds:.1f}s\n".encode()
-        return WorkerRun(answer=answer, status=status, returncode=child.returncode,
-                         seconds=seconds, log=bytes(log))
+        return _finish(func, (child.returncode, status, bytes(log)), answer_path=answer_path,
+                       seconds=time.monotonic() - started)
+
+
+def _finish(func: str, ended: tuple[int | None, str, bytes], *, answer_path: Path, seconds: float) -> WorkerRun:
+    returncode, status, log = ended
+    answer = _read_answer(answer_path) if status == "ok" and returncode == 0 else None
+    if status == "ok" and answer is None:
+        status = "failed"
+    if status != "ok":
+        log += f"\nFAILED {func} status={status} returncode={returncode} after {seconds:.1f}s\n".encode()
+    return WorkerRun(answer=answer, status=status, returncode=returncode, seconds=seconds, log=log)
 
 
 def _kill_group(child: subprocess.Popen) -> None:
@@ -122,7 +134,11 @@ def _die_with_parent() -> None:
 
 def _pump(child: subprocess.Popen, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
     assert child.stdout is not None
-    for raw in iter(child.stdout.readline, b""):
+    _pump_stream(child.stdout, log, on_progress)
+
+
+def _pump_stream(stream: Any, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
+    for raw in iter(stream.readline, b""):
         log += raw
         message = progress.parse(raw.decode("utf-8", "replace").rstrip("\n"))
         if message is not None and on_progress is not None:

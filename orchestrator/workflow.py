@@ -259,6 +259,8 @@ BUILTIN_WORKFLOWS = {
     "add-moe-model": "phases.add_moe_model.workflow:WORKFLOW",
     "local-compile-perf": "phases.local_compile_perf.workflow:WORKFLOW",
 }
+BUILTIN_COMMANDS = ("phases.add_moe_model.survey.cli",)
+"""CLI command modules a workflow adds (each has ``register(main, command)``), e.g. ``orchestrator survey``."""
 
 
 def workflow_refs() -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Phase 3a: the numerics worker on real synthetic models, and the phase's routing.
 
 Slow tests run the worker in a fresh process (as ``ctx.call_worker`` does) against the
-installed torchtitan and transformers and assert the verdicts observed on this CPU
-(torch 2.13, transformers 5.24, torchtitan 0.3.0), with the reason for each.
+installed torchtitan and transformers (torch 2.13, transformers 5.24, torchtitan 0.3.0) and
+assert what holds on any CPU, with the reason for each: bf16 kernels differ between CPUs, so a
+tier is pinned only where the KL sits orders of magnitude away from a threshold.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def test_decide_routes_on_the_bf16_verdict_only() -> None:
     for status in ("WARN", "FAIL"):
         decided = phase.decide([_result(status), _result("PASS", dtype="float32")])
         assert (decided.outcome, decided.route) == ("passed", "gap")
+
+
+def test_a_pass_that_its_spread_carries_across_the_threshold_takes_the_safe_side() -> None:
+    firm = {"kl_fp64": 8e-7, "kl_perturbed": 1.3e-6, "spread": 5e-7, "edge": "PASS|WARN"}
+    decided = phase.decide([_result("PASS", kl=8e-7, firmness=firm), _result("PASS", dtype="float32")])
+    assert (decided.outcome, decided.route) == ("passed", "gap") and "PASS|WARN" in decided.summary
+    firm = {**firm, "spread": 1e-8, "edge": None}
+    assert phase.decide([_result("PASS", kl=8e-7, firmness=firm)]).route == "pass"
+    text = _render("numerics_table.txt.j2", table=phase.build_table([_result("PASS", kl=8e-7, firmness={
+        "kl_fp64": 8e-7, "kl_perturbed": 1.3e-6, "spread": 5e-7, "edge": "PASS|WARN"})]))
+    assert "  bfloat16   KL=8.00e-07  KL(fp64)=8.00e-07  spread=5.00e-07  tier PASS|WARN (at the edge)" in text
 
 
 def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
@@ -145,11 +157,12 @@ def qwen3_phase(tmp_path_factory: pytest.TempPathFactory) -> tuple[_Ctx, PhaseRe
 @pytest.mark.slow
 def test_phase_on_qwen3_warns_with_artifacts_and_measurements(qwen3_phase: tuple[_Ctx, PhaseResult]) -> None:
     ctx, result = qwen3_phase
-    # Observed on this CPU: bf16 KL ~1.0e-6 (the skill's GPU table: 5.31e-07), max_diff 7.8e-3;
-    # both sides grouped_mm, nothing lost in transfer. KL sits at the PASS/WARN edge, so the
-    # test checks the tier is the one our thresholds give, and the route that tier takes.
+    # qwen3_moe sits at the PASS/WARN edge (the skill's GPU table: 5.31e-07; CPUs differ in their
+    # bf16 kernels: KL ~1.0e-6 on one 2-core host, 8.2e-08 on an AMX-BF16 one). What holds on any
+    # CPU: the tier is the one our thresholds give, it is not FAIL (the mapping is faithful), and
+    # the route follows the tier.
     verdict = result.data["verdict"]
-    assert verdict["status"] == classify_kl(verdict["kl"]) and 1e-7 < verdict["kl"] < 1e-5, verdict
+    assert verdict["status"] == classify_kl(verdict["kl"]) != "FAIL", verdict
     assert (result.outcome, result.route) == ("passed", "pass" if verdict["status"] == "PASS" else "gap")
     verdict = result.data["verdict"]
     assert verdict["hf_experts_impl"] == "grouped_mm" and verdict["device"] == "cpu"
@@ -165,13 +178,15 @@ def test_phase_on_qwen3_warns_with_artifacts_and_measurements(qwen3_phase: tuple
 
 
 @pytest.mark.slow
-def test_olmoe_passes() -> None:
-    # Softmax router without normalisation (norm_topk_prob False) maps 1:1 to Titan's router.
+def test_olmoe_is_not_a_fail() -> None:
+    # Softmax router without normalisation (norm_topk_prob False) maps 1:1 to Titan's router. The bf16
+    # KL is at the estimator's noise level (-7.5e-07 on one CPU: negative), so the tier may be PASS
+    # or WARN by CPU; never FAIL.
     out = call_worker("phases.add_moe_model.work.numerics:compare_dtypes",
                       {"model_type": "olmoe", "config_kwargs": SYNTHETIC["olmoe"], "dtypes": ["bfloat16"],
                        "device": "cpu"})
     (r,) = out["results"]
-    assert r["status"] == "PASS", r
+    assert r["status"] == classify_kl(r["kl"]) != "FAIL", r
     assert r["roundtrip"]["status"] == "PASS"
 
 

@@ -83,7 +83,9 @@ def test_gap_analysis_runs_exactly_when_numerics_is_not_pass(qwen_run, moe_state
     trail = events(moe_state, status["run_id"])
     verdict = next(e for e in trail if e["type"] == "phase_completed" and e["phase"] == "numerics")
     ran_gap = any(e["phase"] == "gap_analysis" for e in trail)
-    assert ran_gap == (verdict["data"]["data"]["verdict"]["status"] != "PASS")
+    decided = verdict["data"]["data"]["verdict"]
+    # The safe side: a PASS whose one-ulp spread crosses 1e-6 ("PASS|WARN") runs gap analysis too.
+    assert ran_gap == (decided["status"] != "PASS" or bool(decided["firmness"]["edge"]))
     if not ran_gap:
         return
     applied = [e["data"] for e in trail if e["type"] == "patch_applied"]

@@ -59,7 +59,7 @@ class CompatReport(BaseModel):
     score_func: str | None
     route_norm: bool | None
     shared_experts: Literal["none", "additive", "sigmoid-gated", "layer-level"] | None
-    attention: Literal["gqa", "mla", "mla+dsa", "custom"]
+    attention: Literal["gqa", "mla", "mla+dsa", "custom", "none"]
     moe_layers: list[int]
     dense_layers: list[int]
     moe_mechanism: str

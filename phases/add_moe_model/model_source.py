@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 REGISTRY_PATH = Path(__file__).with_name("registry.json")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_MODEL_TYPE = re.compile(r"^[a-z0-9_]+$")
+_MODEL_TYPE = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 
 
 class ModelSourceError(ValueError):
@@ -107,7 +107,7 @@ def _looks_like_path(text: str) -> bool:
 def _model_type_source(model_type: str) -> ModelSource:
     if not _MODEL_TYPE.match(model_type):
         raise ModelSourceError(
-            f"type:{model_type!r} is not a transformers model_type (lowercase, digits, '_')"
+            f"type:{model_type!r} is not a transformers model_type (lowercase, digits, '_', '-')"
         )
     return ModelSource(kind="model_type", model_id=f"type:{model_type}", model_type=model_type)
 

@@ -60,4 +60,4 @@ def check_worker(target: Path, source: dict[str, Any], *, python: str | None) ->
         tail = result.log.decode("utf-8", "replace").strip().splitlines()[-3:]
         raise UsageError(f"the target's Python could not check the model ({result.status}): " + " | ".join(tail))
     if not result.answer["ok"]:
-        raise UsageError(result.answer["problem"])
+        raise UsageError(result.answer["problem"], code=result.answer.get("code"))

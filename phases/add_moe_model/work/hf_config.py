@@ -1,7 +1,8 @@
 """Build a transformers PretrainedConfig from a ModelSource (worker side).
 
 Everything is offline: registry entries and config files go through the config class
-directly (``AutoConfig.for_model``); only kind "hub" asks ``AutoConfig.from_pretrained``,
+directly (``AutoConfig.for_model``; ``type:`` takes the class's defaults in their MoE form,
+see ``moe_form``); only kind "hub" asks ``AutoConfig.from_pretrained``,
 with HF_HUB_OFFLINE=1 so a model that is not in the local cache fails at once with a
 message that says what to pass instead. Multimodal wrappers (llama4, gemma4) are reduced
 to their text config, which is what the MoE backend swaps.
@@ -13,6 +14,7 @@ import os
 from typing import Any
 
 from phases.add_moe_model.model_source import ModelSource
+from phases.add_moe_model.work.moe_form import moe_form_kwargs
 
 # Keys a saved config.json carries that are bookkeeping, not architecture.
 _BOOKKEEPING_KEYS = frozenset({"model_type", "transformers_version", "architectures", "auto_map", "_name_or_path"})
@@ -37,6 +39,8 @@ def build_hf_config(source: ModelSource) -> Any:
     else:
         kwargs = {k: v for k, v in source.config.items() if k not in _BOOKKEEPING_KEYS}
         try:
+            if source.kind == "model_type":
+                kwargs = moe_form_kwargs(source.model_type)
             config = AutoConfig.for_model(source.model_type, **kwargs)
         except (KeyError, ValueError) as exc:
             raise HFConfigError(
@@ -44,6 +48,23 @@ def build_hf_config(source: ModelSource) -> Any:
                 f"{source.model_type!r} ({exc}); check the model_type or upgrade transformers"
             ) from exc
     return resolve_text_config(config)
+
+
+class HFBuildError(HFConfigError):
+    """transformers raised while building the model from the config (its code, its file and line)."""
+
+    code = "hf_build_failed"
+
+
+def raise_build_error(config: Any, exc: Exception) -> None:
+    """Re-raise ``exc`` from transformers' model construction as an HFBuildError naming where it was raised."""
+    import traceback
+
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    where = f"{frame.filename.split('/site-packages/')[-1]}:{frame.lineno}"
+    raise HFBuildError(f"transformers cannot build the {config.model_type} model from this config: "
+                       f"{type(exc).__name__}: {exc} (raised at {where}); the fix is the config "
+                       "(a published config.json) or transformers, not torchtitan") from exc
 
 
 def resolve_text_config(config: Any) -> Any:
@@ -72,3 +93,10 @@ def read_field(config: Any, key: str) -> Any:
         return getattr(config, key, None)
     except RuntimeError:  # transformers' AmbiguousGlobalPerLayerAttributeError (Gemma4)
         return None
+
+
+def read_first_layer_field(config: Any, key: str) -> Any:
+    """``config.<key>``, or layer 0's value where the config varies it per layer."""
+    value = read_field(config, key)
+    layers = getattr(config, "per_layer_config", None) if value is None else None
+    return read_field(layers[0], key) if layers else value

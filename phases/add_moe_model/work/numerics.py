@@ -75,6 +75,8 @@ class CompareResult(BaseModel):
     cos_sim: float | None = None
     max_diff: float | None = None
     mean_diff: float | None = None
+    firmness: dict[str, Any] | None = None
+    """kl_fp64, spread under a one-ulp input change, and edge ("PASS|WARN") when the spread crosses a tier."""
     roundtrip: RoundTrip
     load: LoadReport = Field(default_factory=LoadReport)
     error: str | None = None
@@ -266,9 +268,24 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
         tt_out = titan(layout.tokens(x))
     seconds["titan_build_and_forward"] = elapsed(t1)
     metrics = measure_output_gap(hf_out.reshape(tt_out.shape), tt_out)
+    if metrics["kl"] is not None:
+        t2 = time.perf_counter()
+        metrics["firmness"] = measure_firmness_safely(bench.site, titan, x, hf_out.reshape(tt_out.shape), tt_out,
+                                                      kl=metrics["kl"])
+        seconds["firmness"] = elapsed(t2)
     return CompareResult(**fields, **metrics, load=LoadReport(**load), moe_kind=bench.site.kind,
                          moe_layout=f"{layout.name}: {layout.evidence}",
                          moe_params=_jsonable(params), seconds=seconds)
+
+
+def measure_firmness_safely(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float) -> dict[str, Any]:
+    """The tier's firmness (work/firmness.py); a failure there is recorded, never the verdict's end."""
+    from phases.add_moe_model.work.firmness import measure_firmness
+
+    try:
+        return measure_firmness(site, titan, x, hf_out, tt_out, kl=kl)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": _describe(exc)}
 
 
 def run_hf_side(site: Any, *, hidden: int, dtype: Any, device: Any, seed: int) -> tuple[Any, Any]:

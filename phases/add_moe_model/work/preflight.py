@@ -11,13 +11,15 @@ import sys
 import traceback
 from typing import Any
 
-EXPERT_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
+from phases.add_moe_model.work.moe_form import EXPERT_COUNT_KEYS, expert_count
+
 EXP_MODULES = ("moe_replacement", "state_dict_adapter", "hf_sharding")
 
 
 def check_target(request: dict[str, Any]) -> dict[str, Any]:
     """Request: {"source": ModelSource}. Response: {"ok", "problem", "model_type", "experts"}."""
     import torch
+    from transformers import AutoModelForCausalLM
 
     from phases.add_moe_model.model_source import ModelSource
     from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config
@@ -34,9 +36,15 @@ def check_target(request: dict[str, Any]) -> dict[str, Any]:
         config = build_hf_config(ModelSource.model_validate(request["source"]))
     except HFConfigError as exc:
         return {"ok": False, "problem": str(exc)}
-    experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), None)
+    experts = expert_count(config)
     if not experts:
-        return {"ok": False, "model_type": config.model_type,
+        return {"ok": False, "model_type": config.model_type, "code": "not_moe",
                 "problem": f"{request['source']['model_id']}: config ({config.model_type}) has no MoE layers "
-                           f"(none of {', '.join(EXPERT_COUNT_KEYS)} is set); this workflow adds MoE models"}
+                           f"(none of {', '.join(EXPERT_COUNT_KEYS)} is set, in the config or a sub-config); "
+                           "this workflow adds MoE models"}
+    if type(config) not in AutoModelForCausalLM._model_mapping:
+        return {"ok": False, "model_type": config.model_type, "code": "not_causal_lm",
+                "problem": f"{request['source']['model_id']}: transformers has no AutoModelForCausalLM class for "
+                           f"{type(config).__name__} (not a decoder-only causal LM, e.g. the text half of a "
+                           "multimodal model); the backend builds models through AutoModelForCausalLM"}
     return {"ok": True, "problem": None, "model_type": config.model_type, "experts": int(experts)}

@@ -16,12 +16,13 @@ from typing import Any
 from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
 from phases.add_moe_model.model_source import ModelSource
 from phases.add_moe_model.work import hf_checks, sharding_checks, state_dict_checks
-from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, read_field
+from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error, read_field
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from orchestrator.progress import report
 
 EXP_PKG = "torchtitan.experiments.transformers_modeling_backend"
+WIDER_BUILD = 8
 
 
 def probe(request: dict) -> dict:
@@ -46,8 +47,15 @@ def run_probe(source: ModelSource) -> CompatReport:
     predicted = predict_moe_layers(config)
     report("building the HF model on meta", layers=(predicted[0] + 1) if predicted else config.num_hidden_layers)
     model, built = _build_meta_model(config, predicted)
-    clock.lap("meta_build")
     scan = _scan_layers(model, target["model"])
+    if not any(r["attr"] for r in scan) and built < min(int(config.num_hidden_layers), WIDER_BUILD):
+        # NOTE: the config's mechanism may be one layers.py does not know (jamba's expert_layer_period):
+        # the evidence is the built layers, so build more of them before calling the model dense.
+        predicted = []
+        model, built = _build_meta_model(build_truncated_config(config, num_layers=WIDER_BUILD), [])
+        scan = _scan_layers(model, target["model"])
+        predicted = [r["index"] for r in scan if r["attr"] is not None]
+    clock.lap("meta_build")
     issues, notes = _check_layer_plan(scan, predicted, built=built)
     moe = _probe_first_moe(scan, config, target, issues)
     clock.lap("moe_probe")
@@ -87,8 +95,11 @@ def _build_meta_model(config: Any, predicted: list[int]) -> tuple[Any, int]:
 
     n = predicted[0] + 1 if predicted else int(config.num_hidden_layers)
     small = build_truncated_config(config, num_layers=n)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(small), n
+    try:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(small), n
+    except Exception as exc:  # noqa: BLE001 - transformers' own failure on this config is the answer
+        raise_build_error(config, exc)
 
 
 def _scan_layers(model: Any, target_model: Any) -> list[dict[str, Any]]:
@@ -149,7 +160,8 @@ def _check_sharding(model: Any, scan: list[dict], sharding: Any, notes: list[str
     issues: list[CompatIssue] = []
     for row in scan:
         issues += sharding_checks.check_layer_sharding(sharding, row["layer"], index=row["index"], moe_attr=row["attr"])
-    notes += sharding_checks.check_dsa_under_tp(model.model.layers[0].self_attn)
+    if scan:
+        notes += sharding_checks.check_dsa_under_tp(getattr(scan[0]["layer"], "self_attn", None))
     return _dedupe(issues)
 
 
@@ -201,7 +213,7 @@ def _tiny_state_dict(config: Any, moe: dict) -> dict[str, Any] | None:
     kwargs["attn_implementation"] = "eager"
     try:
         tiny = AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs))
-    except (ValueError, TypeError, RuntimeError):
+    except Exception:  # noqa: BLE001 - no tiny twin means no value round trip (recorded as such), not a crash
         return None
     torch.manual_seed(0)
     return {k: torch.randn_like(v.float()) for k, v in tiny.state_dict().items()}
@@ -247,7 +259,7 @@ def _assemble(
         score_func=params.get("score_func"),
         route_norm=params.get("route_norm"),
         shared_experts=_shared_kind(moe.get("params"), layer_level=bool(moe.get("layer_level"))),
-        attention=sharding_checks.resolve_attention_kind(scan[0]["layer"].self_attn),
+        attention=sharding_checks.resolve_attention_kind(getattr(scan[0]["layer"], "self_attn", None) if scan else None),
         moe_layers=predicted,
         dense_layers=[i for i in range(n) if i not in set(predicted)],
         moe_mechanism=resolve_moe_mechanism(config),

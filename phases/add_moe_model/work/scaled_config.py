@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from phases.add_moe_model.work.hf_config import read_field
+from phases.add_moe_model.work.hf_config import read_field, read_first_layer_field
 
 EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "top_k_experts", "experts_per_token")
@@ -74,6 +74,9 @@ def build_scaled_kwargs(real: Any, plan: ScalePlan) -> dict[str, Any]:
     entry.update(vocab_size=256, max_position_embeddings=64, attn_implementation="sdpa", use_cache=False)
     if "vocab_size_per_layer_input" in keys:
         entry["vocab_size_per_layer_input"] = 256
+    pad = read_field(real, "pad_token_id")
+    if "pad_token_id" in keys and isinstance(pad, int) and pad >= 256:
+        entry["pad_token_id"] = 255  # the shrunk vocab must still hold the padding index
     return entry
 
 
@@ -129,8 +132,8 @@ def _attention_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[
 
 def resolve_heads(real: Any, *, hidden: int, tiny: bool) -> tuple[int, int]:
     """Pick (heads, kv_heads): heads divide ``hidden``, kv heads divide heads."""
-    real_heads = int(real.num_attention_heads)
-    real_kv = int(read_field(real, "num_key_value_heads") or real_heads)
+    real_heads = int(read_first_layer_field(real, "num_attention_heads"))
+    real_kv = int(read_first_layer_field(real, "num_key_value_heads") or real_heads)
     if tiny:
         return 4, 4 if real_kv == real_heads else 2
     heads = max(h for h in range(1, real_heads + 1) if hidden % h == 0)
@@ -155,6 +158,19 @@ def _layer_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str,
         out["moe_layers"] = list(range(n))
     if "enable_moe_block" in keys:
         out["enable_moe_block"] = True
+    out.update(per_layer_lists(real, keys, n, taken=out))
+    return out
+
+
+def per_layer_lists(real: Any, keys: frozenset[str], n: int, *, taken: dict[str, Any]) -> dict[str, Any]:
+    """Every other per-layer list the class reads (layer_types, ...), cut or repeated to ``n`` layers:
+    a config that validates its lists against num_hidden_layers must get lists of that length."""
+    total = read_field(real, "num_hidden_layers")
+    out = {}
+    for key in sorted(keys - set(taken)):
+        value = read_field(real, key)
+        if isinstance(value, (list, tuple)) and value and len(value) == total:
+            out[key] = [value[i % len(value)] for i in range(n)]
     return out
 
 

@@ -19,7 +19,9 @@ _LAYER_LEVEL_DROPPED = ("router", "experts", "mlp", "pre_feedforward_layernorm_2
 
 
 def resolve_attention_kind(attn: Any) -> str:
-    """gqa | mla | mla+dsa | custom, from the attention's projections."""
+    """gqa | mla | mla+dsa | custom | none (a layer without self_attn), from the attention's projections."""
+    if attn is None:
+        return "none"
     present = {n for n, m in attn.named_children() if m is not None}
     if present & {"kv_a_proj_with_mqa", "q_a_proj"}:
         return "mla+dsa" if "indexer" in present else "mla"
@@ -34,7 +36,8 @@ def check_layer_sharding(sharding: Any, layer: Any, *, index: int, moe_attr: str
     try:
         sharding._set_layer_sharding_configs(layer, enable_sp=False)
     except (ValueError, AttributeError, NotImplementedError) as exc:
-        return [_issue("attention_projection_unhandled", f"layer {index}: {type(exc).__name__}: {exc}{_none_children_hint(layer.self_attn)}")]
+        hint = _none_children_hint(getattr(layer, "self_attn", None))
+        return [_issue("attention_projection_unhandled", f"layer {index}: {type(exc).__name__}: {exc}{hint}")]
     skip = _moe_modules(layer, moe_attr)
     try:
         sharding._assert_all_states_sharded(layer, path=f"layers.{index}", skip=skip)
@@ -61,12 +64,14 @@ def check_uncovered_state(layer: Any, *, index: int, skip: tuple[Any, ...]) -> l
 
 def check_dsa_under_tp(attn: Any) -> list[str]:
     """DSA indexers run only without TP in the target: a note, not an issue (documented limit)."""
-    if not hasattr(attn, "indexer"):
+    if attn is None or not hasattr(attn, "indexer"):
         return []
     return ["DSA indexer present: the target fails loud under TP by design (FSDP/EP only)"]
 
 
 def _none_children_hint(attn: Any) -> str:
+    if attn is None:
+        return " (the layer has no self_attn: attention-free layers, e.g. Mamba or linear attention)"
     # NOTE: HF registers absent projections as None children, and hasattr() is True for them.
     nones = sorted(n for n, m in {**vars(attn), **attn._modules}.items() if m is None and n.endswith(("_proj", "_layernorm", "_norm")))
     return f" ({type(attn).__name__} has None children {nones}: hasattr() is True for them)" if nones else ""

@@ -59,18 +59,14 @@ def build_synthetic_entry(real: Any) -> dict[str, Any]:
     from phases.add_moe_model.work.layers import predict_moe_layers
 
     entry = build_scaled_kwargs(real, ScalePlan(num_layers=1))
-    layers = predict_moe_layers(AutoConfig.for_model(**widened(entry, layers=8)))
+    # NOTE: the 8-layer copy is built by the same builder, so per-layer type lists match its length.
+    eight = build_scaled_kwargs(real, ScalePlan(num_layers=8))
+    layers = predict_moe_layers(AutoConfig.for_model(**eight))
+    if not layers or layers[0] == 0:
+        layers = built_moe_layers(eight) or layers  # the evidence wins over a mechanism layers.py lacks
     if layers and layers[0] > 0:
         entry = build_scaled_kwargs(real, ScalePlan(num_layers=layers[0] + 1))
     return entry
-
-
-def widened(entry: dict[str, Any], *, layers: int) -> dict[str, Any]:
-    """``entry`` with ``layers`` layers; per-layer lists (e.g. mlp_layer_types) repeat their last value."""
-    n = entry.get("num_hidden_layers")
-    out = {k: (v + v[-1:] * (layers - len(v)) if isinstance(v, list) and v and len(v) == n else v)
-           for k, v in entry.items()}
-    return {**out, "num_hidden_layers": layers}
 
 
 def check_synthetic_config(entry: dict[str, Any], real: Any) -> list[str]:
@@ -140,6 +136,11 @@ def _check_layer_forcing(entry: dict[str, Any], built: Any, real: Any) -> list[s
     if read_field(real, "mlp_layer_types") is not None and (not types or any(t != "sparse" for t in types)):
         out.append(f"mlp_layer_types={types!r}, rule says ['sparse']")
     return out
+
+
+def built_moe_layers(kwargs: dict[str, Any]) -> list[int]:
+    """Indices of the MoE layers of ``kwargs``'s model built on meta (empty when it does not build)."""
+    return probe_entry_build(kwargs)[0]
 
 
 def probe_entry_build(entry: dict[str, Any]) -> tuple[list[int], list[str]]:

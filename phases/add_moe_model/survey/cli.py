@@ -1,0 +1,74 @@
+"""``orchestrator survey add-moe-model [--models all|TYPE,...] [--target embedded|PATH] [--device ...]
+[--out DIR]``: the survey command (a plugin of the orchestrator CLI)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+_TYPE = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
+
+
+def register(main: click.Group, command: Callable[..., Any]) -> None:
+    """Add ``survey add-moe-model`` (and the ``survey`` group when no other plugin made it)."""
+    group = main.commands.get("survey")
+    if group is None:
+        @main.group("survey")
+        def group() -> None:
+            """Run a workflow over many models, one run each, and report a verdict per model."""
+
+    @command(group, "add-moe-model")
+    @click.option("--models", default="all", show_default=True, help="all, or model types: qwen3_moe,olmoe")
+    @click.option("--target", default="embedded", show_default=True, help="embedded, or a torchtitan checkout")
+    @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+    @click.option("--out", metavar="DIR", help="Reports (default STATE_DIR/surveys/add-moe-model-TARGET).")
+    def survey_cmd(settings: Any, models: str, target: str, device: str, out: str | None) -> int:
+        """Survey MoE model types: one add-moe-model run each (never a commit), one outcome each."""
+        from phases.add_moe_model.survey.report import write_reports
+        from phases.add_moe_model.survey.runner import SurveyOptions, run_survey
+
+        opts = SurveyOptions(models=parse_models(models), target=check_target(target), device=device,
+                             out=Path(out) if out else default_out(settings.state_dir, target),
+                             state_dir=settings.state_dir)
+        say = (lambda _m: None) if settings.as_json else (lambda m: print(f"... {m}", file=sys.stderr, flush=True))
+        survey = run_survey(opts, say=say)
+        paths = write_reports(survey, opts)
+        if settings.as_json:
+            from orchestrator.render import emit_json
+
+            emit_json({"rows": [r.model_dump(exclude={"seconds"}) for r in survey.rows], "counts": survey.counts,
+                       "out": str(opts.out), "seconds": survey.seconds, "transformers": survey.transformers})
+        else:
+            print(paths["SURVEY.md"].read_text())
+            print(f"reports: {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+        return 1 if survey.counts["error"] else 0
+
+
+def parse_models(text: str) -> tuple[str, ...] | None:
+    from orchestrator.errors import UsageError
+
+    if text.strip() == "all":
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if not _TYPE.match(n)]
+    if not names or bad:
+        raise UsageError(f"--models takes 'all' or model types separated by commas (e.g. qwen3_moe,olmoe); "
+                         f"got {text!r}")
+    return names
+
+
+def check_target(target: str) -> str:
+    from orchestrator.errors import UsageError
+
+    if target != "embedded" and not Path(target).expanduser().is_dir():
+        raise UsageError(f"--target {target!r} is neither 'embedded' nor a directory")
+    return target
+
+
+def default_out(state_dir: Path, target: str) -> Path:
+    name = "embedded" if target == "embedded" else re.sub(r"[^A-Za-z0-9._-]+", "-", str(Path(target).resolve()))
+    return state_dir / "surveys" / f"add-moe-model-{name.strip('-')}"
