@@ -83,7 +83,8 @@ def test_recipes_compose_in_skill_order_and_then_report_not_applicable(core_repo
 
 def test_not_applicable_names_the_structure_it_looked_for(tmp_path: Path) -> None:
     (tmp_path / gap_recipes.DISPATCHER).parent.mkdir(parents=True)
-    (tmp_path / gap_recipes.DISPATCHER).write_text("class LocalTokenDispatcher:\n    def dispatch(self):\n        pass\n")
+    (tmp_path / gap_recipes.DISPATCHER).write_text(
+        "class LocalTokenDispatcher:\n    def dispatch(self):\n        pass\n")
     patch = gap_recipes.build_fp32_combine_patch(tmp_path)
     assert patch.status == "not_applicable" and patch.diff == ""
     assert "LocalTokenDispatcher has no method combine()" in patch.reason
@@ -106,7 +107,8 @@ def gap_table(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """Baseline, each recipe applied cumulatively, kernel alignment before/after; then revert."""
     repo = _git_copy(tmp_path_factory.mktemp("tt_target"), whole_package=True)
     target = Path(repo.working_tree_dir)
-    compare, align = "phases.add_moe_model.work.numerics:compare", "phases.add_moe_model.work.kernel_align:kernel_alignment"
+    compare = "phases.add_moe_model.work.numerics:compare"
+    align = "phases.add_moe_model.work.kernel_align:kernel_alignment"
     rows = {"baseline": call_worker(compare, REQUEST, target=target),
             "align_baseline": call_worker(align, REQUEST, target=target)}
     for build in RECIPES:

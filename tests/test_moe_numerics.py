@@ -58,7 +58,8 @@ def test_engine_side_modules_do_not_import_torch() -> None:
 
 
 def _result(status: str, *, dtype: str = "bfloat16", rt: str = "PASS", **extra: Any) -> CompareResult:
-    metrics = dict(kl=2e-5, cos_sim=0.99999, max_diff=3e-2, mean_diff=1e-3) if status in ("PASS", "WARN", "FAIL") else {}
+    measured = status in ("PASS", "WARN", "FAIL")
+    metrics = dict(kl=2e-5, cos_sim=0.99999, max_diff=3e-2, mean_diff=1e-3) if measured else {}
     return CompareResult(model_type="mixtral", dtype=dtype, device="cpu", status=status, seed=42,
                          roundtrip=RoundTrip(status=rt, max_diff=0.0), **{**metrics, **extra})
 
@@ -82,8 +83,9 @@ def test_a_pass_that_its_spread_carries_across_the_threshold_takes_the_safe_side
 
 
 def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
-    probe = phase.decide([_result("ERROR", error_type="ValueError",
-                                  error="ValueError: Could not determine top_k [at moe_replacement.py:1 _resolve_top_k]")])
+    probe = phase.decide([_result(
+        "ERROR", error_type="ValueError",
+        error="ValueError: Could not determine top_k [at moe_replacement.py:1 _resolve_top_k]")])
     assert probe.outcome == "needs_agent" and probe.issues[0].code == "probe_value_error"
     load = phase.decide([_result("ERROR", error_type="RuntimeError",
                                  error="RuntimeError: Error(s) in loading state_dict: size mismatch for w1")])

@@ -118,7 +118,8 @@ def build_table(results: list[Any]) -> NumericsTable:
     diagnostic = [r for r in results if r.dtype != VERDICT_DTYPE]
     failed = any(r.status in ("FAIL", "ERROR") or r.roundtrip.status in ("FAIL", "ERROR") for r in verdict)
     notes = sorted({r.device_note for r in results if r.device_note})
-    notes += [f"{r.model_type}: load_state_dict unexpected keys {r.load.unexpected}" for r in verdict if r.load.unexpected]
+    notes += [f"{r.model_type}: load_state_dict unexpected keys {r.load.unexpected}"
+              for r in verdict if r.load.unexpected]
     notes += [f"{r.model_type}: load_state_dict missing keys {r.load.missing}" for r in verdict if r.load.missing]
     first = results[0]
     return NumericsTable(device=first.device, seed=first.seed, verdict_rows=verdict,

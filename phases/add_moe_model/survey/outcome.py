@@ -2,8 +2,9 @@
 
 Outcomes: ``clean`` (numerics PASS or WARN, parallelism build check PASS), ``needs_agent``
 (issue codes and where each fix goes), ``needs_human`` (a core change and why), ``fail``
-(numerics FAIL, or a tier whose one-ulp spread reaches FAIL, with what gap analysis found), ``unsupported`` (start refused the model:
-no MoE layers, not a causal LM), ``error`` (an exception in our own code).
+(numerics FAIL, or a tier whose one-ulp spread reaches FAIL, with what gap analysis found),
+``unsupported`` (start refused the model: no MoE layers, not a causal LM), ``error`` (an exception
+in our own code).
 
 An exception a worker died of is read from its log (``attribute_traceback``): raised in the
 target checkout it is a finding (experiment folder -> agent, elsewhere in torchtitan ->

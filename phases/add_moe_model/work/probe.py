@@ -120,7 +120,8 @@ def _check_layer_plan(scan: list[dict], predicted: list[int], *, built: int) -> 
         return [], notes
     if not seen:
         msg = f"no MoE layer among the {built} built layers (config predicts {expected}); no gate/router+experts found"
-        return [CompatIssue(code="no_moe_layer", message=msg, fix_location="MODEL (is this an MoE model?)", severity="blocker")], notes
+        return [CompatIssue(code="no_moe_layer", message=msg, fix_location="MODEL (is this an MoE model?)",
+                            severity="blocker")], notes
     notes.append(f"config mechanism predicts MoE layers {expected} among the built ones, the scan found {seen}")
     return [], notes
 
@@ -140,7 +141,8 @@ def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[C
     return {"row": row, "params": params, "layer_level": layer_level}
 
 
-def _call_target_probe(moe: Any, block: Any, config: Any, *, layer_level: bool, issues: list[CompatIssue]) -> dict | None:
+def _call_target_probe(moe: Any, block: Any, config: Any, *, layer_level: bool,
+                       issues: list[CompatIssue]) -> dict | None:
     fn = moe._probe_layer_level_moe if layer_level else moe._probe_hf_moe_block
     try:
         return fn(block, config)
@@ -165,7 +167,8 @@ def _check_sharding(model: Any, scan: list[dict], sharding: Any, notes: list[str
     return _dedupe(issues)
 
 
-def _check_state_dicts(model: Any, config: Any, moe: dict, target: dict, issues: list[CompatIssue]) -> tuple[KeyCheck, KeyCheck]:
+def _check_state_dicts(model: Any, config: Any, moe: dict, target: dict,
+                       issues: list[CompatIssue]) -> tuple[KeyCheck, KeyCheck]:
     report("state-dict round trip and strict load")
     tiny_sd = _tiny_state_dict(config, moe)
     roundtrip = state_dict_checks.check_roundtrip(target["adapter"], model.state_dict(), tiny_sd=tiny_sd)
@@ -259,7 +262,8 @@ def _assemble(
         score_func=params.get("score_func"),
         route_norm=params.get("route_norm"),
         shared_experts=_shared_kind(moe.get("params"), layer_level=bool(moe.get("layer_level"))),
-        attention=sharding_checks.resolve_attention_kind(getattr(scan[0]["layer"], "self_attn", None) if scan else None),
+        attention=sharding_checks.resolve_attention_kind(
+            getattr(scan[0]["layer"], "self_attn", None) if scan else None),
         moe_layers=predicted,
         dense_layers=[i for i in range(n) if i not in set(predicted)],
         moe_mechanism=resolve_moe_mechanism(config),

@@ -15,7 +15,8 @@ from phases.add_moe_model.compat import EXP, CompatIssue
 
 HF_SHARDING = f"{EXP}/hf_sharding.py"
 # Modules the target deletes after the swap for layer-level MoE (see build_and_swap_native_moe).
-_LAYER_LEVEL_DROPPED = ("router", "experts", "mlp", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2")
+_LAYER_LEVEL_DROPPED = ("router", "experts", "mlp", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
+                        "post_feedforward_layernorm_2")
 
 
 def resolve_attention_kind(attn: Any) -> str:
@@ -59,7 +60,9 @@ def check_uncovered_state(layer: Any, *, index: int, skip: tuple[Any, ...]) -> l
         uncovered += [f"layers.{index}.{name}.{n}".replace("..", ".") for n in own if n not in declared]
     if not uncovered:
         return []
-    return [_issue("state_missing_from_sharding_config", f"configured modules leave their own state undeclared: {uncovered[:6]}; under TP these stay plain tensors next to DTensors")]
+    return [_issue("state_missing_from_sharding_config",
+                   f"configured modules leave their own state undeclared: {uncovered[:6]}; "
+                   "under TP these stay plain tensors next to DTensors")]
 
 
 def check_dsa_under_tp(attn: Any) -> list[str]:
@@ -73,7 +76,8 @@ def _none_children_hint(attn: Any) -> str:
     if attn is None:
         return " (the layer has no self_attn: attention-free layers, e.g. Mamba or linear attention)"
     # NOTE: HF registers absent projections as None children, and hasattr() is True for them.
-    nones = sorted(n for n, m in {**vars(attn), **attn._modules}.items() if m is None and n.endswith(("_proj", "_layernorm", "_norm")))
+    nones = sorted(n for n, m in {**vars(attn), **attn._modules}.items()
+                   if m is None and n.endswith(("_proj", "_layernorm", "_norm")))
     return f" ({type(attn).__name__} has None children {nones}: hasattr() is True for them)" if nones else ""
 
 
@@ -86,4 +90,5 @@ def _moe_modules(layer: Any, moe_attr: str | None) -> tuple[Any, ...]:
 
 
 def _issue(code: str, message: str) -> CompatIssue:
-    return CompatIssue(code=code, message=message, fix_location=f"{HF_SHARDING} (_set_layer_sharding_configs)", severity="fixable")
+    return CompatIssue(code=code, message=message, fix_location=f"{HF_SHARDING} (_set_layer_sharding_configs)",
+                       severity="fixable")

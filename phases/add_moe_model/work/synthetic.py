@@ -48,7 +48,8 @@ def build_synthetic(request: dict) -> dict:
     problems = check_synthetic_config(entry, real)
     moe_layers, build_problems = probe_entry_build(entry)
     return SyntheticResponse(
-        entry=entry, checks=problems + build_problems, moe_layers_built=moe_layers, probe_min_layers=req.probe_min_layers
+        entry=entry, checks=problems + build_problems, moe_layers_built=moe_layers,
+        probe_min_layers=req.probe_min_layers,
     ).model_dump(mode="json")
 
 
@@ -118,11 +119,13 @@ def _check_attention(entry: dict[str, Any], built: Any, real: Any) -> list[str]:
     if heads % kv:
         out.append(f"num_key_value_heads={kv} does not divide num_attention_heads={heads}")
     if read_field(real, "kv_lora_rank") is not None:
-        out += [f"MLA {k}={read_field(built, k)!r}, rule says {v}" for k, v in MLA_DIMS.items() if read_field(built, k) != v]
+        out += [f"MLA {k}={read_field(built, k)!r}, rule says {v}" for k, v in MLA_DIMS.items()
+                if read_field(built, k) != v]
         if read_field(built, "q_lora_rank") not in (16, None):
             out.append(f"MLA q_lora_rank={read_field(built, 'q_lora_rank')!r}, rule says 16 (or None for full-rank Q)")
     if read_field(real, "index_topk") is not None:
-        out += [f"DSA {k}={read_field(built, k)!r}, rule says {v}" for k, v in DSA_DIMS.items() if read_field(built, k) != v]
+        out += [f"DSA {k}={read_field(built, k)!r}, rule says {v}" for k, v in DSA_DIMS.items()
+                if read_field(built, k) != v]
     return out
 
 
