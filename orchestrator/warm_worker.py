@@ -84,13 +84,13 @@ def _child(call: dict, log_fd: int, imported: dict[str, str], root: str) -> int:
     import signal
 
     from orchestrator import worker_main
-    from orchestrator.worker import _die_with_parent
+    from orchestrator.worker import die_with_parent
 
     os.setsid()
     # As worker_main's supervisor does: when the server (and so the engine) dies, SIGTERM
     # arrives and the child's whole group goes, grandchildren included.
     signal.signal(signal.SIGTERM, worker_main._kill_group)
-    _die_with_parent()
+    die_with_parent()
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     target = Path(call["target"])
@@ -139,7 +139,7 @@ def run_warm(func: str, request_path: Path, answer_path: Path, *, target: Path, 
     import threading
     import time
 
-    from orchestrator.worker import _pump_stream
+    from orchestrator.worker import pump_stream
 
     path = os.environ.get(ENV)
     if not path:
@@ -157,7 +157,7 @@ def run_warm(func: str, request_path: Path, answer_path: Path, *, target: Path, 
         os.close(write_fd)
     log = bytearray()
     with os.fdopen(read_fd, "rb") as stream, conn:
-        reader = threading.Thread(target=_pump_stream, args=(stream, log, on_progress), daemon=True)
+        reader = threading.Thread(target=pump_stream, args=(stream, log, on_progress), daemon=True)
         reader.start()
         replies = conn.makefile("rb")
         pid = json.loads(replies.readline())["pid"]

@@ -80,7 +80,7 @@ def run_worker(
         try:
             child = subprocess.Popen(
                 command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
             )
         except OSError as exc:
             return WorkerRun(answer=None, status="failed", returncode=None, seconds=0.0,
@@ -121,7 +121,7 @@ def _kill_group(child: subprocess.Popen) -> None:
     child.wait()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: the worker gets SIGTERM when the engine dies (even by SIGKILL); worker_main's
     supervisor then kills the worker's whole process group, grandchildren included."""
     try:
@@ -134,10 +134,10 @@ def _die_with_parent() -> None:
 
 def _pump(child: subprocess.Popen, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
     assert child.stdout is not None
-    _pump_stream(child.stdout, log, on_progress)
+    pump_stream(child.stdout, log, on_progress)
 
 
-def _pump_stream(stream: Any, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
+def pump_stream(stream: Any, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
     for raw in iter(stream.readline, b""):
         log += raw
         message = progress.parse(raw.decode("utf-8", "replace").rstrip("\n"))

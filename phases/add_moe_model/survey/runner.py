@@ -147,14 +147,14 @@ class warm_worker:  # noqa: N801 - used as a context manager
 
     def __enter__(self) -> "warm_worker":
         from orchestrator import warm_worker as warm
-        from orchestrator.worker import _die_with_parent, worker_env
+        from orchestrator.worker import die_with_parent, worker_env
 
         self.tmp = tempfile.TemporaryDirectory(prefix="orchestrator-warm-")
         sock = str(Path(self.tmp.name, "sock"))
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.warm_worker", sock, str(self.root), *PRELOAD],
-            cwd=self.root, env=worker_env(self.root), stdout=subprocess.PIPE, preexec_fn=_die_with_parent)
+            cwd=self.root, env=worker_env(self.root), stdout=subprocess.PIPE, preexec_fn=die_with_parent)
         ready = json.loads(self.proc.stdout.readline() or b'{"ready": false}')
         self.ready_s = round(time.monotonic() - t0, 1) if ready.get("ready") else None
         if ready.get("ready"):

@@ -109,9 +109,9 @@ def check_world(cfg_dir: str, *, world_size: int, tp: int, ep: int, parallelize:
         return WorldResult(**base, status="PASS", parallelize=outcome, parallelize_error=p_error, checked=checked,
                            **summarize_placements(model))
     except Exception as exc:  # noqa: BLE001 - a build error is this world size's FAIL
-        from phases.add_moe_model.work.numerics import _describe
+        from phases.add_moe_model.work.numerics import describe_error
 
-        return WorldResult(**base, status="FAIL", error=_describe(exc))
+        return WorldResult(**base, status="FAIL", error=describe_error(exc))
     finally:
         dist.destroy_process_group()
 

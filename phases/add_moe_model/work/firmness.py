@@ -44,9 +44,9 @@ def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *,
 
 def hf_forward_fp32_router(site: Any, x: Any) -> Any:
     """The HF side exactly as the verdict ran it (router inputs cast to fp32), on another input."""
-    from phases.add_moe_model.work.numerics import _cast_float_inputs_to_fp32, hf_moe_forward
+    from phases.add_moe_model.work.numerics import cast_float_inputs_to_fp32, hf_moe_forward
 
-    handle = site.router.register_forward_pre_hook(_cast_float_inputs_to_fp32)
+    handle = site.router.register_forward_pre_hook(cast_float_inputs_to_fp32)
     try:
         return hf_moe_forward(site, x)
     finally:

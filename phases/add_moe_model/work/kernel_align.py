@@ -55,7 +55,7 @@ def kernel_alignment(request: dict[str, Any]) -> dict[str, Any]:
             return KernelAlignResult(**base, status="SKIP", reason="no MoE layer").model_dump()
         return _align(bench, dtype=req.dtype).model_dump()
     except Exception as exc:  # noqa: BLE001 - reported as an ERROR result
-        return KernelAlignResult(**base, status="ERROR", error=numerics._describe(exc)).model_dump()
+        return KernelAlignResult(**base, status="ERROR", error=numerics.describe_error(exc)).model_dump()
 
 
 def _align(bench: Any, *, dtype: str) -> KernelAlignResult:

@@ -126,7 +126,7 @@ def _run(req: CompareRequest, dtypes: list[str]) -> list[CompareResult]:
     try:
         bench = prepare_bench(req, first_dtype=dtypes[0])
     except Exception as exc:  # noqa: BLE001 - every failure must become an ERROR row
-        rt = RoundTrip(status="ERROR", error=_describe(exc))
+        rt = RoundTrip(status="ERROR", error=describe_error(exc))
         return [_error_result(base, dtype, exc, roundtrip=rt) for dtype in dtypes]
     results = []
     for dtype in dtypes:
@@ -138,7 +138,7 @@ def _run(req: CompareRequest, dtypes: list[str]) -> list[CompareResult]:
     return results
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """Error text plus the innermost frames, so triage can tell probe from load from kernel."""
     import traceback
 
@@ -149,7 +149,7 @@ def _describe(exc: BaseException) -> str:
 
 def _error_result(base: dict[str, Any], dtype: str, exc: BaseException, *, roundtrip: RoundTrip) -> CompareResult:
     fields = {**base, "dtype": dtype, "status": "ERROR", "roundtrip": roundtrip}
-    fields.update(error=_describe(exc), error_type=type(exc).__name__)
+    fields.update(error=describe_error(exc), error_type=type(exc).__name__)
     return CompareResult(**fields)
 
 
@@ -240,7 +240,7 @@ def measure_roundtrip_safely(model: Any) -> RoundTrip:
     try:
         return classify_roundtrip(moe_blocks.measure_roundtrip(model))
     except Exception as exc:  # noqa: BLE001
-        return RoundTrip(status="ERROR", error=_describe(exc))
+        return RoundTrip(status="ERROR", error=describe_error(exc))
 
 
 def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareResult:
@@ -285,7 +285,7 @@ def measure_firmness_safely(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: 
     try:
         return measure_firmness(site, titan, x, hf_out, tt_out, kl=kl)
     except Exception as exc:  # noqa: BLE001
-        return {"error": _describe(exc)}
+        return {"error": describe_error(exc)}
 
 
 def run_hf_side(site: Any, *, hidden: int, dtype: Any, device: Any, seed: int) -> tuple[Any, Any]:
@@ -299,7 +299,7 @@ def run_hf_side(site: Any, *, hidden: int, dtype: Any, device: Any, seed: int) -
     for module in site_modules(site):
         module.to(device=device, dtype=dtype)
     router = site.router.float()
-    handle = router.register_forward_pre_hook(_cast_float_inputs_to_fp32)
+    handle = router.register_forward_pre_hook(cast_float_inputs_to_fp32)
     try:
         torch.manual_seed(seed)
         x = torch.randn(*INPUT_SHAPE, hidden, dtype=dtype, device=device)
@@ -325,7 +325,7 @@ def hf_moe_forward(site: Any, x: Any) -> Any:
     return site.experts(flat, indices, weights)
 
 
-def _cast_float_inputs_to_fp32(_module: Any, args: tuple) -> tuple:
+def cast_float_inputs_to_fp32(_module: Any, args: tuple) -> tuple:
     return tuple(a.float() if hasattr(a, "is_floating_point") and a.is_floating_point() else a for a in args)
 
 
