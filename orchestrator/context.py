@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from orchestrator import events as ev
 from orchestrator.store import OpenRun
+from orchestrator.templates_dir import templates_dir
 from orchestrator.worker import failure, run_worker
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,14 +40,14 @@ class EngineContext:
         run: OpenRun,
         *,
         phase: str,
-        templates_package: str,
+        templates: str,
         timeout_s: float,
         on_progress: Callable[[str], None],
         actor: str = "engine",
     ) -> None:
         state = run.state
         self._run = run
-        self._templates_package = templates_package
+        self._templates = templates
         self._timeout_s = timeout_s
         self._on_progress = on_progress
         self._actor = actor
@@ -125,15 +126,15 @@ class EngineContext:
         return json_safe(result.answer)
 
     def render(self, template: str, **values: Any) -> str:
-        return render_template(self._templates_package, template, **values)
+        return render_template(self._templates, template, **values)
 
 
-def render_template(package: str, template: str, **values: Any) -> str:
-    """Render ``<package>/templates/<template>`` with StrictUndefined."""
+def render_template(folder: str, template: str, **values: Any) -> str:
+    """Render ``templates/<folder>/<template>`` with StrictUndefined."""
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader(package, "templates"),
+        loader=jinja2.FileSystemLoader(templates_dir(folder)),
         undefined=jinja2.StrictUndefined,
         # NOTE: reports and commit messages end with a newline; jinja drops it by default.
         keep_trailing_newline=True,

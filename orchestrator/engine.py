@@ -118,7 +118,7 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
         answers = {**(handback.answers if handback else {}), **answers}
         parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
         if handback is not None:
-            record_handback(run, handback, templates_package=load_workflow(run.state["workflow"]).templates_package)
+            record_handback(run, handback, templates=load_workflow(run.state["workflow"]).templates)
         run.append_many([ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id)
                          for key, value in parsed.items()], actor=actor, phase=run.state["phase"])
         run.flush()
@@ -142,9 +142,9 @@ def read_results(state: dict[str, Any], directory: Path) -> Any:
     return resolve_ref(spec.results)(state, Path(directory))
 
 
-def record_handback(run: OpenRun, handback: Any, *, templates_package: str) -> None:
+def record_handback(run: OpenRun, handback: Any, *, templates: str) -> None:
     """Artifacts, records and a note of a hand-back, all as the human's."""
-    ctx = EngineContext(run, phase=run.state["phase"], templates_package=templates_package, timeout_s=0,
+    ctx = EngineContext(run, phase=run.state["phase"], templates=templates, timeout_s=0,
                         on_progress=lambda _m: None, actor="human")
     for name, content in handback.artifacts.items():
         ctx.write_artifact(name, content)
@@ -188,7 +188,7 @@ def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, act
             parsed = row.args.model_validate(args)
         except ValidationError as exc:
             raise UsageError(f"{kind}: " + _validation_message(exc)) from None
-        ctx = EngineContext(run, phase=row.phase, templates_package=workflow.templates_package,
+        ctx = EngineContext(run, phase=row.phase, templates=workflow.templates,
                             timeout_s=workflow.phase(row.phase).timeout_s, on_progress=progress, actor=actor)
         resolve_ref(row.check)(ctx, parsed, tool_call_id)
         run.flush()
@@ -206,7 +206,7 @@ def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[Engi
         raise UsageError(f"temporary patches are accepted only in phase {policy.phase}; "
                          f"run {run.run_id} is in {run.state['phase']}")
     spec = workflow.phase(policy.phase)
-    ctx = EngineContext(run, phase=policy.phase, templates_package=workflow.templates_package,
+    ctx = EngineContext(run, phase=policy.phase, templates=workflow.templates,
                         timeout_s=spec.timeout_s, on_progress=lambda _m: None, actor=actor)
     return ctx, policy
 
@@ -274,7 +274,7 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple
     attempt = run.state["attempts"].get(name, 0) + 1
     run.append(ev.PhaseStarted(attempt=attempt), phase=name)
     run.flush()
-    ctx = EngineContext(run, phase=name, templates_package=workflow.templates_package,
+    ctx = EngineContext(run, phase=name, templates=workflow.templates,
                         timeout_s=spec.timeout_s, on_progress=progress)
     ctx.interrupted = interrupted
     entry = module.reconcile if interrupted and hasattr(module, "reconcile") else module.run

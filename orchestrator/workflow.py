@@ -154,7 +154,8 @@ class Workflow:
     """Input taken from outside, by kind (e.g. "candidate", "patch"); see ``Submission``."""
     human_options: tuple[str, ...] = ()
     """Start options only a person may give: they answer human-only questions (agents' starts refuse them)."""
-    templates_package: str = "phases"
+    templates: str = ""
+    """The workflow's folder under the top-level ``templates/`` (see ``orchestrator.templates_dir``)."""
     modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:

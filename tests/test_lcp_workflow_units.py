@@ -145,13 +145,13 @@ def test_torchtitan_030_tree_stops_at_plan_with_the_reason(tmp_path):
 def test_templates_render_with_strict_undefined():
     from orchestrator.context import render_template
 
-    text = render_template("phases", "lcp_ranked.md.j2", rank={
+    text = render_template("local_compile_perf", "ranked.md.j2", rank={
         "tokens": 32, "layer_ms": 10.0, "dropped": ["rms_norm"], "stop": {"stop": False, "reason": "go"},
         "ranked": [{"op": "rope", "measured_ms": 1.0, "ideal_ms": 0.1, "gap_ms": 0.9, "share_pct": 10.0,
                     "score_ms": 0.09, "kept_because": ""}]})
     assert "1. rope" in text and "Dropped (possible gain under the threshold): rms_norm" in text
     with pytest.raises(Exception, match="has no attribute"):
-        render_template("phases", "lcp_ranked.md.j2", rank={"tokens": 1})
+        render_template("local_compile_perf", "ranked.md.j2", rank={"tokens": 1})
 
 
 def test_findings_keep_a_rejected_candidates_confirmed_timing():
@@ -168,7 +168,7 @@ def test_findings_keep_a_rejected_candidates_confirmed_timing():
                  "numbers": {"target": 6}}]
     summary = {"plan": run["results"]["plan"], "entries": [], "per_tokens": [], "rejected": rejected, "limits": [],
                "not_tested": [], "feedback": [], "linear": True, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "hbm"}}
-    text = render_template("phases", "lcp_findings.md.j2", s=summary)
+    text = render_template("local_compile_perf", "findings.md.j2", s=summary)
     assert ("- five rewrites (candidate/combined-replay) at correctness: fp32; confirmed first (wall_ms vs the stack, "
             "median of 3): 2048 tokens -21.6%, 16384 tokens -14.4%\n") in text
     assert "- norm only (candidate/residual-norm) at graph_budget: 7 > 6\n" in text

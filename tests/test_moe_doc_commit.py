@@ -37,7 +37,7 @@ class Ctx:
         self.records: list[tuple[str, dict]] = []
 
     def render(self, template: str, **values: Any) -> str:
-        return render_template("phases", template, **values)
+        return render_template("add_moe_model", template, **values)
 
     def write_artifact(self, name: str, content: str) -> str:
         self.artifacts[name] = content

@@ -119,7 +119,7 @@ def test_doc_update_on_main_replaces_the_models_row_and_section_and_keeps_the_ot
               "probe": {"score_func": "sigmoid", "top_k": 2, "num_experts": 8, "route_norm": True, "hidden_size": 64,
                         "moe_intermediate_size": 32, "shared_experts": "additive", "attention": "mla",
                         "moe_mechanism": "first_k_dense_replace", "min_layers_needed": 2}}
-    after = compat_doc.update_doc(before, values, render=lambda t, **v: render_template("phases", t, **v))
+    after = compat_doc.update_doc(before, values, render=lambda t, **v: render_template("add_moe_model", t, **v))
     for model_type in UPSTREAM_TYPES:
         assert after.count(f"| {model_type} |") == 1, model_type
     assert after.count("(glm_moe_dsa)") == 1 and "| GLM-5 (DSA) | glm_moe_dsa | WARN | 2.00e-04 |" in after

@@ -18,6 +18,7 @@ import jinja2
 import pytest
 
 from orchestrator.phase_api import PhaseResult
+from orchestrator.templates_dir import templates_dir
 from phases.add_moe_model import numerics as phase
 from phases.add_moe_model.work.numerics import CompareResult, RoundTrip, classify_kl
 from tests.conftest import call_worker
@@ -98,7 +99,7 @@ def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
 
 
 def _render(template: str, **values: Any) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(REPO / "phases" / "templates"),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir("add_moe_model")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return env.get_template(template).render(**values)
 

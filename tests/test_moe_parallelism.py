@@ -58,7 +58,7 @@ def test_commands_run_the_trainer_module_not_torchruns_module_flag() -> None:
 
 
 def test_job_script_is_valid_bash_and_leaves_a_log_and_exit_status_per_row(tmp_path: Path) -> None:
-    ctx = SimpleNamespace(render=partial(render_template, "phases"), options={"model_id": "Qwen/Qwen3-30B-A3B"},
+    ctx = SimpleNamespace(render=partial(render_template, "add_moe_model"), options={"model_id": "Qwen/Qwen3-30B-A3B"},
                           run_id="add-moe-model-x", target=tmp_path)
     script = job_script(ctx, PATHS, matrix(2), python="/usr/bin/python3")
     path = tmp_path / "sbatch.sh"

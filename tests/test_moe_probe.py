@@ -204,7 +204,7 @@ class PhaseContextStub:
     def render(self, template: str, **values) -> str:
         from orchestrator.context import render_template
 
-        return render_template("phases", template, **values)
+        return render_template("add_moe_model", template, **values)
 
 
 def test_probe_phase_runs_the_worker_and_writes_both_reports() -> None:

@@ -35,13 +35,20 @@ def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
     assert str(installed) in where.stdout and str(ROOT) not in where.stdout
     rendered = run_outside(installed, (
         "from orchestrator.context import render_template as r; "
-        "print(r('phases', 'commit_message.txt.j2', model_name='M', hidden_size=1, moe_intermediate_size=2, "
+        "print(r('add_moe_model', 'commit_message.txt.j2', model_name='M', hidden_size=1, moe_intermediate_size=2, "
         "experts=8, kl=1e-7, max_diff=0.5))"),
         tmp_path)
     assert rendered.returncode == 0 and "Add M to transformers MoE backend" in rendered.stdout, rendered.stderr
+    lcp = run_outside(installed, (
+        "from orchestrator.context import render_template as r; from orchestrator.templates_dir import templates_root; "
+        "print(templates_root()); print(r('local_compile_perf', 'devlog.md.j2', run_id='R1', entries=[]))"), tmp_path)
+    assert lcp.returncode == 0 and "R1" in lcp.stdout, lcp.stderr
+    assert lcp.stdout.startswith(str(installed / "orchestrator" / "templates")), lcp.stdout
     assert (installed / "phases" / "add_moe_model" / "registry.json").is_file()
-    assert list((installed / "phases" / "templates").glob("*.j2"))
-    assert list((installed / "orchestrator" / "templates").glob("*.j2"))
+    shipped = installed / "orchestrator" / "templates"
+    for folder in ("add_moe_model", "local_compile_perf", "agent"):
+        assert list((shipped / folder).glob("*.j2")), folder
+    assert not (installed / "templates").exists(), "no top-level templates package in site-packages"
     assert list((installed / "phases" / "local_compile_perf" / "embedded" / "candidates").glob("*/meta.json"))
     assert (installed / "phases" / "local_compile_perf" / "embedded" / "moe_layer" / "harness.py").is_file()
     assert not (installed / "examples").exists(), "no top-level examples package in site-packages"

@@ -76,7 +76,7 @@ def render_system_prompt(state: dict[str, Any]) -> str:
 
     workflow = load_workflow(state["workflow"])
     spec = next((p for p in workflow.phases if p.name == state["phase"]), None)
-    return render_template("orchestrator", "agent_system.md.j2", workflow=workflow, run=state,
+    return render_template("agent", "agent_system.md.j2", workflow=workflow, run=state,
                            phase_title=spec.title if spec else "",
                            allowed_paths=list(spec.allowed_paths) if spec else [],
                            agent_notes=spec.agent_notes if spec else "", tool_names=list(TOOLS))

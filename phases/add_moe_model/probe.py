@@ -80,7 +80,7 @@ def render_compat_text(report: CompatReport) -> str:
     """Render the 1g text report exactly as ``ctx.render`` does (for tests and offline use)."""
     from orchestrator.context import render_template
 
-    return render_template("phases", TEMPLATE, report=report)
+    return render_template("add_moe_model", TEMPLATE, report=report)
 
 
 def _blocker_question(report: CompatReport, human: list) -> Question:

@@ -53,6 +53,7 @@ class Options(BaseModel):
 WORKFLOW = Workflow(
     name="add-moe-model",
     description="Add a Hugging Face MoE model to torchtitan's transformers modeling backend",
+    templates="add_moe_model",
     phases=(
         PhaseSpec(name="preflight", module="phases.add_moe_model.preflight", title="branch and commit choice"),
         PhaseSpec(name="probe", module="phases.add_moe_model.probe", title="compatibility probe (meta device)",

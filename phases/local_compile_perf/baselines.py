@@ -42,7 +42,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     broken = [r for r in rows if r.status == "failed"]
     for row in rows:
         log(ctx, describe_row(row), kind="measurement")
-    ctx.write_artifact("baselines.md", ctx.render("lcp_baselines.md.j2", plan=plan, rows=rows, traps=traps,
+    ctx.write_artifact("baselines.md", ctx.render("baselines.md.j2", plan=plan, rows=rows, traps=traps,
                                                   runs=plan.sizes.runs, gpu_poll=answer["gpu_poll"]))
     data = Baselines(traps=traps, rows=tuple(r.slim() for r in rows), gpu_poll=answer["gpu_poll"],
                      orders=answer["orders"]).model_dump(mode="json")

@@ -52,7 +52,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     table = {**summarize(result), "routing_replayed": ref["routers"]}
     comparisons = [{**c, "ok": r["ok"]} for c, r in zip(result["comparisons"], table["comparisons"])]
     table["artifact"] = ctx.write_artifact(f"correctness-{cand.id}.md", ctx.render(
-        "lcp_correctness.md.j2", label=cand.label, candidate=cand.id, tokens=tokens, routers=ref["routers"],
+        "correctness.md.j2", label=cand.label, candidate=cand.id, tokens=tokens, routers=ref["routers"],
         downcasts=table["reference_downcasts"], comparisons=comparisons))
     for row in table["comparisons"]:
         log(ctx, f"correctness of {cand.label!r}: {row['label']}: worst {row['worst']} rel L2 "

@@ -21,7 +21,7 @@ def log(ctx: PhaseContext, text: str, *, kind: str = "devlog") -> None:
 
 
 def render_devlog(ctx: PhaseContext) -> None:
-    ctx.write_artifact(DEVLOG, ctx.render("lcp_devlog.md.j2", run_id=ctx.run_id, entries=ctx.notes()))
+    ctx.write_artifact(DEVLOG, ctx.render("devlog.md.j2", run_id=ctx.run_id, entries=ctx.notes()))
 
 
 def renders_devlog(run: Callable[[PhaseContext], PhaseResult]) -> Callable[[PhaseContext], PhaseResult]:

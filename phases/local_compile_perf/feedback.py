@@ -38,7 +38,7 @@ def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
 @renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     items = collect_feedback(ctx)
-    ctx.write_artifact("skill_feedback.md", ctx.render("lcp_feedback.md.j2", items=items, run_id=ctx.run_id))
+    ctx.write_artifact("skill_feedback.md", ctx.render("feedback.md.j2", items=items, run_id=ctx.run_id))
     for item in items:
         if item["kind"] != "agent note":
             log(ctx, f"{item['kind']}: {item['text']}", kind="skill_feedback")

@@ -54,18 +54,18 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
 @renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     summary = build_summary(ctx)
-    findings = ctx.render("lcp_findings.md.j2", s=summary)
+    findings = ctx.render("findings.md.j2", s=summary)
     ctx.write_artifact("FINDINGS.md", findings)
     problems = {}
     for entry in summary["entries"]:
-        text = ctx.render("lcp_pr.md.j2", s=summary, e=entry, findings=findings)
+        text = ctx.render("pr.md.j2", s=summary, e=entry, findings=findings)
         ctx.write_artifact(f"pr/{entry['position']:02d}-{entry['branch'].split('/', 1)[1]}.md", text)
         if lint := lint_pr_text(text):
             problems[entry["branch"]] = lint
     if problems:
         return PhaseResult(outcome="failed", summary=f"findings: {len(problems)} PR text(s) break the PR rules",
                            issues=tuple(Issue(code="pr_text_lint", message=f"{b}: {'; '.join(p)}",
-                                              fix_location="phases/templates/lcp_pr.md.j2")
+                                              fix_location="templates/local_compile_perf/pr.md.j2")
                                         for b, p in problems.items()))
     if not summary["linear"]:
         return PhaseResult(outcome="failed", summary="findings: stack branches are not linear",

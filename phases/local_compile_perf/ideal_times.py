@@ -51,7 +51,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
                                        provenance=glue["provenance"], labels=per_call)
             log(ctx, f"glue op {row['op']}: measured {row['measured_ms']:.4f} ms/step, ideal {row['ideal_ms']:.4f} "
                      f"ms/step ({row['calls_per_step']} call(s), {row['bytes']} B)", kind="measurement")
-    ctx.write_artifact("ideal_times.md", ctx.render("lcp_ideal.md.j2", bandwidth=bw, rows=rows, tokens=tokens,
+    ctx.write_artifact("ideal_times.md", ctx.render("ideal.md.j2", bandwidth=bw, rows=rows, tokens=tokens,
                                                     device_name=plan.device_name))
     return PhaseResult(outcome="passed",
                        summary=f"ideal times: {bw['tbs']:.2f} TB/s, {len(rows)} glue op(s) at {tokens} tokens",

@@ -220,7 +220,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
                 budget=opts["budget"], budget_s=resolve_budget_s(opts["budget"]), stop_threshold=STOP_THRESHOLD,
                 correctness_tokens=opts["correctness_tokens"] or min(sizes.tokens), inventory=inventory,
                 started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    ctx.write_artifact("plan.md", ctx.render("lcp_plan.md.j2", plan=plan))
+    ctx.write_artifact("plan.md", ctx.render("plan.md.j2", plan=plan))
     log(ctx, f"plan: budget {opts['budget']}; stop when the remaining gap to ideal or the next candidate's gain "
              f"is under {STOP_THRESHOLD:.0%} of the layer; target {opts['target_spec']} ({plan.kind}), harness "
              f"{plan.harness} ({plan.spec.name}) on {plan.device_name}; tokens {list(sizes.tokens)}, per-layer "

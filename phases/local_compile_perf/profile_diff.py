@@ -57,6 +57,6 @@ def run(ctx: PhaseContext) -> PhaseResult:
                  f"{r['symptom']}", kind="measurement")
     if not diffs:
         log(ctx, "no per-layer row to diff against at any measured token count", kind="dead_end")
-    ctx.write_artifact("profile_diff.md", ctx.render("lcp_profile.md.j2", tables=tables, diffs=diffs))
+    ctx.write_artifact("profile_diff.md", ctx.render("profile.md.j2", tables=tables, diffs=diffs))
     return PhaseResult(outcome="passed", summary=f"profile: {len(tables)} kernel tables, {len(diffs)} diff(s)",
                        data={"diffs": diffs, "glue_left": [{"tokens": t, **r} for t, r in glue_left]})

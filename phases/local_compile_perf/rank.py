@@ -43,7 +43,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
             raise ValueError(f"rank: NaN score for {k['op']}")
     data = {"layer_ms": layer, "tokens": ideal["tokens"], "ranked": items, "dropped": dropped,
             "stop": {"stop": stop.stop, "reason": stop.reason, "threshold": stop.threshold}}
-    ctx.write_artifact("ranked.md", ctx.render("lcp_ranked.md.j2", rank=data))
+    ctx.write_artifact("ranked.md", ctx.render("ranked.md.j2", rank=data))
     log(ctx, f"ranked {len(items)} glue op(s) on a {layer:.3f} ms layer at {ideal['tokens']} tokens "
              f"(dropped under {threshold:.0%}: {', '.join(dropped) or 'none'}); stop rule: {stop.reason}",
         kind="decision")

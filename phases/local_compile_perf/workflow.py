@@ -36,6 +36,7 @@ def baselines_measured(state: dict[str, Any]) -> list[str]:
 WORKFLOW = Workflow(
     name="local-compile-perf",
     description="measure glue against ideal time, rank it, verify the agent's rewrites, deliver a stack",
+    templates="local_compile_perf",
     phases=(
         phase("plan", title="budget, stop rule, devlog, inventory",
               agent_notes="The engine detects the region API and refuses a tree without local_compile."),
