@@ -33,6 +33,9 @@ fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 read -r -a models <<< "${MODELS:-Qwen/Qwen3-30B-A3B allenai/OLMoE-1B-7B-0924 mistralai/Mixtral-8x7B-v0.1}"
 state=${STATE_DIR:-/tmp/h200-add-moe-state}
+# The trail key and signed heads travel with the trail, so `audit` checks the anchor here too
+# (a key beside the trail proves consistency with what the engine signed, not secrecy).
+export ORCHESTRATOR_ANCHOR_DIR=${ORCHESTRATOR_ANCHOR_DIR:-$state/anchors}
 deadline=${DEADLINE_S:-480}
 device=${DEVICE:-cuda}
 {
@@ -63,5 +66,5 @@ for run in "${runs[@]}"; do
   python3 -m orchestrator.cli audit "$run" --state-dir "$state" --schema
   python3 -m orchestrator.cli status "$run" --state-dir "$state" | head -4
 done
-tar czf "$out/state.tgz" -C "$state" runs
+tar czf "$out/state.tgz" -C "$state" runs anchors
 echo "state: $out/state.tgz ($(du -h "$out/state.tgz" | cut -f1)); ${#runs[@]} run(s) in $((SECONDS - started)) s"

@@ -31,25 +31,11 @@ def check_added_lines_for_forbidden_calls(diff_text: str, *, scope: str | None =
         for each offending line; empty when clean.
     """
     findings: list[str] = []
-    path, line_no = "", 0
-    for raw in diff_text.splitlines():
-        if raw.startswith("+++ "):
-            path = _strip_prefix(raw[4:].strip())
-            continue
-        if raw.startswith("--- ") or raw.startswith("diff --git"):
-            continue
-        hunk = _HUNK.match(raw)
-        if hunk:
-            line_no = int(hunk.group(1))
-            continue
-        if raw.startswith("+"):
-            match = _PATTERN.search(raw[1:])
-            if match and (scope is None or path.startswith(scope)):
-                findings.append(f"{path}:{line_no}: adds {match.group(1)} "
-                                f"(shard through _sharding_config instead): {raw[1:].strip()}")
-            line_no += 1
-        elif not raw.startswith("-") and not raw.startswith("\\"):
-            line_no += 1
+    for path, line_no, text in _added(diff_text):
+        match = _PATTERN.search(text)
+        if match and (scope is None or path.startswith(scope)):
+            findings.append(f"{path}:{line_no}: adds {match.group(1)} "
+                            f"(shard through _sharding_config instead): {text.strip()}")
     return findings
 
 
@@ -175,24 +161,28 @@ def _fold_all(nodes: list, constants: dict[str, str]) -> list[str] | None:
     return parts if all(p is not None for p in parts) else None  # type: ignore[return-value]
 
 
-def added_lines(diff_text: str) -> dict[str, set[int]]:
-    """Path -> numbers of the lines a unified diff adds (in the new file)."""
-    added: dict[str, set[int]] = {}
+def _added(diff_text: str):
+    """Yield ``(path, line number in the new file, text)`` for each line a unified diff adds."""
     path, line_no = "", 0
     for raw in diff_text.splitlines():
         if raw.startswith("+++ "):
             path = _strip_prefix(raw[4:].strip())
+        elif raw.startswith("--- ") or raw.startswith("diff --git"):
             continue
-        if raw.startswith("--- ") or raw.startswith("diff --git"):
-            continue
-        hunk = _HUNK.match(raw)
-        if hunk:
+        elif hunk := _HUNK.match(raw):
             line_no = int(hunk.group(1))
         elif raw.startswith("+"):
-            added.setdefault(path, set()).add(line_no)
+            yield path, line_no, raw[1:]
             line_no += 1
         elif not raw.startswith("-") and not raw.startswith("\\"):
             line_no += 1
+
+
+def added_lines(diff_text: str) -> dict[str, set[int]]:
+    """Path -> numbers of the lines a unified diff adds (in the new file)."""
+    added: dict[str, set[int]] = {}
+    for path, line_no, _ in _added(diff_text):
+        added.setdefault(path, set()).add(line_no)
     return added
 
 
