@@ -180,3 +180,17 @@ def test_audit_rule_holds_every_passed_row_to_the_skill() -> None:
     accept = {"seq": 2, "type": "answer_accepted", "phase": "parallelism", "actor": "human",
               "data": {"key": "unrun_rows", "value": "accept"}}
     assert parallelism_rows_accounted([accept, completed(4, bad[2])], {}) == []
+
+
+def test_accepting_unrun_rows_up_front_is_a_persons_start_option_only(tmp_path: Path) -> None:
+    """``--unrun-rows accept`` answers the parallelism question ahead of time, like --branch/--commit."""
+    from orchestrator import engine
+    from orchestrator.store import RunStore
+
+    store = RunStore(tmp_path / "state")
+    with pytest.raises(UsageError, match="unrun_rows"):
+        engine.start("add-moe-model", {"model": "Qwen/Qwen3-30B-A3B", "unrun_rows": "accept"}, store=store,
+                     actor="agent")
+    assert not (tmp_path / "state").exists()
+    with pytest.raises(UsageError, match="--unrun-rows: Input should be 'accept'"):
+        engine.start("add-moe-model", {"model": "Qwen/Qwen3-30B-A3B", "unrun_rows": "maybe"}, store=store)

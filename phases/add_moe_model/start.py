@@ -34,7 +34,8 @@ def prepare(options: Any, state_dir: str) -> Prepared:
         if embedded:
             shutil.rmtree(target, ignore_errors=True)
         raise
-    answers = {k: v for k, v in (("branch", options.branch), ("commit", options.commit)) if v}
+    chosen = (("branch", options.branch), ("commit", options.commit), ("unrun_rows", options.unrun_rows))
+    answers = {k: v for k, v in chosen if v}
     recorded = {**options.model_dump(), "target": str(target), "model_id": source.model_id,
                 "model_type": source.model_type, "embedded": embedded}
     return Prepared(target=str(target), options=recorded, answers=answers)

@@ -45,6 +45,9 @@ class Options(BaseModel):
     """"embedded" (a workspace made from the installed torchtitan) or a torchtitan git checkout."""
     branch: str | None = Field(default=None, pattern=r"^(current|new(:[A-Za-z0-9._/-]+)?)$")
     commit: Literal["auto", "never"] | None = None
+    unrun_rows: Literal["accept"] | None = None
+    """A person's answer, ahead of time, to the parallelism question about torchrun rows this machine
+    cannot run (e.g. no GPU): accept them as unrun. Left out, the run asks when it gets there."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     python: str | None = None
     """Interpreter of the target's environment (default: this one)."""
@@ -88,5 +91,5 @@ WORKFLOW = Workflow(
     submissions={"patch": patch_row("gap_analysis")},
     patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
                         row_kind="gap_row"),
-    human_options=("branch", "commit"),
+    human_options=("branch", "commit", "unrun_rows"),
 )
