@@ -9,6 +9,7 @@ tier is pinned only where the KL sits orders of magnitude away from a threshold.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,9 @@ def test_a_pass_that_its_spread_carries_across_the_threshold_takes_the_safe_side
     text = _render("numerics_table.txt.j2", table=phase.build_table([_result("PASS", kl=8e-7, firmness={
         "kl_fp64": 8e-7, "kl_perturbed": 1.3e-6, "spread": 5e-7, "edge": "PASS|WARN"})]))
     assert "  bfloat16   KL=8.00e-07  KL(fp64)=8.00e-07  spread=5.00e-07  tier PASS|WARN (at the edge)" in text
+    text = _render("numerics_table.txt.j2", table=phase.build_table([_result("PASS", kl=8e-7, firmness={
+        **firm, "other_kernel": "eager", "kl_other_kernel": 9e-7})]))
+    assert "spread=1.00e-08  tier PASS  eager experts KL=9.00e-07" in text
 
 
 def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
@@ -169,6 +173,9 @@ def test_phase_on_qwen3_warns_with_artifacts_and_measurements(qwen3_phase: tuple
     assert (result.outcome, result.route) == ("passed", "pass" if verdict["status"] == "PASS" else "gap")
     verdict = result.data["verdict"]
     assert verdict["hf_experts_impl"] == "grouped_mm" and verdict["device"] == "cpu"
+    firm = verdict["firmness"]
+    assert firm["other_kernel"] == "eager" and math.isfinite(firm["kl_other_kernel"]), firm
+    assert "eager experts KL=" in ctx.artifacts["numerics.txt"]
     assert verdict["load"] == {"missing": [], "unexpected": []}
     assert verdict["roundtrip"]["status"] == "PASS" and verdict["roundtrip"]["max_diff"] == 0.0
     assert 0.0 < verdict["max_diff"] < 0.05

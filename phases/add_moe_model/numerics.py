@@ -173,7 +173,9 @@ def _summary_line(r: Any) -> str:
         return f"{r.status} {r.model_type} ({r.dtype}): {r.error or 'no metrics'}"
     firm = r.firmness or {}
     shown = firm.get("edge") or r.status
-    extra = (f" (fp64 {firm['kl_fp64']:.2e}, one-ulp spread {firm['spread']:.2e})"
+    other = (f", {firm['other_kernel']} experts {firm['kl_other_kernel']:.2e}"
+             if firm.get("kl_other_kernel") is not None else "")
+    extra = (f" (fp64 {firm['kl_fp64']:.2e}, one-ulp spread {firm['spread']:.2e}{other})"
              if firm.get("spread") is not None else "")
     return (f"{shown} {r.model_type} ({r.dtype}) KL={r.kl:.2e}{extra} cos={r.cos_sim:.6f} "
             f"max_diff={r.max_diff:.2e} round-trip={r.roundtrip.status}")

@@ -200,4 +200,5 @@ def numerics_summary(results: dict[str, Any]) -> dict[str, Any] | None:
     tier = verdict["status"]
     return {"tier": tier, "tier_shown": firm.get("edge") or tier, "kl": verdict.get("kl"),
             "kl_fp64": firm.get("kl_fp64"), "spread": firm.get("spread"), "cos_sim": verdict.get("cos_sim"),
-            "max_diff": verdict.get("max_diff"), "fp32_kl": fp32.get("kl"), "error": verdict.get("error")}
+            "max_diff": verdict.get("max_diff"), "fp32_kl": fp32.get("kl"), "error": verdict.get("error"),
+            "other_kernel": firm.get("other_kernel"), "kl_other_kernel": firm.get("kl_other_kernel")}

@@ -6,7 +6,10 @@ healthy models report negative KLs). Two figures say how much to trust the tier:
 - ``kl_fp64``: the same formula on the same outputs, computed in float64;
 - ``spread``: |KL(x') - KL(x)| with x' = x moved by one ulp (``nextafter`` towards +inf in
   the run dtype), both sides re-run: the noise band of the comparison itself, as
-  local-compile-perf's correctness check uses.
+  local-compile-perf's correctness check uses;
+- ``kl_other_kernel``: the same KL with HF's experts on the other kernel choice (``eager``
+  for ``grouped_mm`` and back), where the model's experts take a settable implementation;
+  ``None`` where they do not (``other_kernel`` says which ran, or why none).
 A tier that KL +- spread crosses is ``edge`` ("PASS|WARN"): the workflow then takes the safe
 side (gap analysis runs). Thresholds and the verdict formula stay those of ``numerics``.
 """
@@ -39,7 +42,37 @@ def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *,
     if spread is not None:
         low, high = classify_kl(kl - spread), classify_kl(kl + spread)
         edge = f"{low}|{high}" if low != high else None
-    return {"kl_fp64": kl_fp64(hf_out, tt_out), "kl_perturbed": kl_moved, "spread": spread, "edge": edge}
+    return {"kl_fp64": kl_fp64(hf_out, tt_out), "kl_perturbed": kl_moved, "spread": spread, "edge": edge,
+            **other_kernel_kl(site, x, tt_out)}
+
+
+OTHER_KERNEL = {"grouped_mm": "eager", "eager": "grouped_mm"}
+
+
+def other_kernel_kl(site: Any, x: Any, tt_out: Any) -> dict[str, Any]:
+    """{"other_kernel", "kl_other_kernel"}: the HF side re-run with its experts on the other kernel."""
+    from phases.add_moe_model.work.numerics import describe_error, measure_output_gap
+
+    configs = {id(m.config): m.config for m in site.block.modules()
+               if getattr(getattr(m, "config", None), "_experts_implementation", None) in OTHER_KERNEL}
+    if not configs:
+        return {"other_kernel": "none: the experts take no settable implementation", "kl_other_kernel": None}
+    ran = {c._experts_implementation for c in configs.values()}
+    other = OTHER_KERNEL[sorted(ran)[0]]
+    for config in configs.values():
+        config._experts_implementation = other
+    try:
+        import torch
+
+        with torch.no_grad():
+            hf_other = hf_forward_fp32_router(site, x)
+        kl = measure_output_gap(hf_other.reshape(tt_out.shape), tt_out)["kl"]
+        return {"other_kernel": other, "kl_other_kernel": kl}
+    except Exception as exc:  # noqa: BLE001 - a kernel the model cannot run is a recorded answer, not a crash
+        return {"other_kernel": f"{other}: {describe_error(exc)}", "kl_other_kernel": None}
+    finally:
+        for config in configs.values():
+            config._experts_implementation = sorted(ran)[0]
 
 
 def hf_forward_fp32_router(site: Any, x: Any) -> Any:
