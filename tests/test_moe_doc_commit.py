@@ -46,6 +46,9 @@ class Ctx:
     def add_record(self, kind: str, record: dict) -> None:
         self.records.append((kind, record))
 
+    def result(self, phase: str, model: Any) -> Any:
+        return model.model_validate(self.results[phase])
+
 
 @pytest.fixture
 def target(tmp_path: Path) -> Path:

@@ -16,6 +16,7 @@ from typing import Any
 
 from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.add_moe_model.records import GapRow, Numerics
 from phases.add_moe_model.workspace import EXP
 
 NUMERICS = "phases.add_moe_model.work.numerics:compare_dtypes"
@@ -67,40 +68,39 @@ def recipe_sequence() -> list[tuple[Any, str]]:
 
 
 def record_baseline(ctx: PhaseContext) -> dict[str, Any]:
-    verdict = ctx.results["numerics"]["verdict"]
+    verdict = ctx.result("numerics", Numerics).verdict
     log = next((n for n in sorted(ctx.state["artifacts"]) if "-numerics-" in n), "")
-    row = {"label": "baseline", "patch_id": None, "attempt": ctx.attempt, "max_diff": verdict["max_diff"],
-           "kl": verdict["kl"], "description": f"Phase 3 verdict ({verdict['status']})", "log": log}
-    ctx.add_record("gap_row", row)
-    return row
+    return add_row(ctx, GapRow(label="baseline", patch_id=None, attempt=ctx.attempt, max_diff=verdict.max_diff,
+                               kl=verdict.kl, description=f"Phase 3 verdict ({verdict.status})", log=log))
+
+
+def add_row(ctx: PhaseContext, row: GapRow) -> dict[str, Any]:
+    """Record ``row`` in the trail; return it as the table's dict."""
+    data = row.as_data()
+    ctx.add_record("gap_row", data)
+    return data
 
 
 def apply_recipe(ctx: PhaseContext, builder: Any, label: str) -> dict[str, Any]:
     recipe = builder(ctx.target)
     if recipe.status != "applicable":
-        row = {"label": label, "patch_id": None, "attempt": ctx.attempt, "max_diff": current_max(ctx),
-               "kl": None, "description": f"not applicable: {recipe.reason}", "log": ""}
-        ctx.add_record("gap_row", row)
-        return row
+        return add_row(ctx, GapRow(label=label, patch_id=None, attempt=ctx.attempt, max_diff=current_max(ctx),
+                                   kl=None, description=f"not applicable: {recipe.reason}", log=""))
     applied = ledger.apply_in_context(ctx, diff=recipe.diff, label=label, scope=(EXP,))
     return ledger_row(ctx, label=label, patch_id=applied["patch_id"], description=recipe.description)
 
 
 def ledger_row(ctx: PhaseContext, *, label: str, patch_id: str, description: str) -> dict[str, Any]:
-    row = {"label": label, "patch_id": patch_id, **measure_patch(ctx, label), "description": description}
-    ctx.add_record("gap_row", row)
-    return row
+    measured = measure_patch(ctx, label)
+    return add_row(ctx, GapRow(label=label, patch_id=patch_id, **{**measured, "description": description}))
 
 
 def measure_patch(ctx: PhaseContext, label: str) -> dict[str, Any]:
     """The ledger's measurement: bf16 numerics of the patched tree in a fresh process."""
     answer = ctx.call_worker(NUMERICS, numerics_request(ctx, dtypes=[VERDICT_DTYPE]), label=f"gap {label}")
     result = answer["results"][0]
-    row = {"max_diff": result["max_diff"], "kl": result["kl"], "status": result["status"],
-           "log": ctx.last_worker_log, "attempt": ctx.attempt}
-    if "description" not in row:
-        row["description"] = "agent patch"
-    return row
+    return {"max_diff": result["max_diff"], "kl": result["kl"], "status": result["status"],
+            "log": ctx.last_worker_log, "attempt": ctx.attempt, "description": "agent patch"}
 
 
 def numerics_request(ctx: PhaseContext, *, dtypes: list[str]) -> dict[str, Any]:
@@ -115,12 +115,11 @@ def check_kernel_alignment(ctx: PhaseContext) -> dict[str, Any]:
     request.pop("dtypes")
     result = ctx.call_worker(KERNEL_ALIGN, request, label="kernel alignment")
     verified, description = classify_alignment(result)
-    row = {"label": "+kernel align", "patch_id": None, "attempt": ctx.attempt, "max_diff": current_max(ctx),
-           "kl": None, "kernel_verified": verified, "log": ctx.last_worker_log, "description": description,
-           "hf_kernel_on_titan_weights_max_diff": result.get("hf_kernel_on_titan_weights_max_diff"),
-           "titan_kernel_on_hf_routing_max_diff": result.get("titan_kernel_on_hf_routing_max_diff")}
-    ctx.add_record("gap_row", row)
-    return row
+    return add_row(ctx, GapRow(
+        label="+kernel align", patch_id=None, attempt=ctx.attempt, max_diff=current_max(ctx), kl=None,
+        kernel_verified=verified, log=ctx.last_worker_log, description=description,
+        hf_kernel_on_titan_weights_max_diff=result.get("hf_kernel_on_titan_weights_max_diff"),
+        titan_kernel_on_hf_routing_max_diff=result.get("titan_kernel_on_hf_routing_max_diff")))
 
 
 def classify_alignment(result: dict[str, Any]) -> tuple[bool, str]:
