@@ -15,9 +15,9 @@ from typing import Any
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.devlog import log, renders_devlog
-from phases.local_compile_perf.feedback import collect_feedback
 from phases.local_compile_perf.pr_lint import lint_pr_text
 from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.skill_feedback import collect_feedback
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
 from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code
 
