@@ -44,11 +44,8 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ApplyDiffArgs,
     Status,
 )
-from orchestrator.agent.views import clip as _clip
-from orchestrator.agent.views import next_steps as _next_steps
-from orchestrator.agent.views import live_state, phase_spec, scope_for, state_result
-from orchestrator.agent.views import submission_schemas
-from orchestrator.agent.views import why_waiting as _why_waiting
+from orchestrator.agent.views import clip, live_state, next_steps, phase_spec, scope_for, state_result
+from orchestrator.agent.views import submission_schemas, why_waiting
 from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageError
 
 log = logging.getLogger("orchestrator.agent")
@@ -237,7 +234,7 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
     pending = [{**{k: q.get(k) for k in ("key", "prompt", "choices")},
                 "who": "a human only (the answer tool refuses it)" if q["human_only"] else "you may answer"}
                for q in state["pending"]]
-    why = _why_waiting(state)
+    why = why_waiting(state)
     data = {
         "run_id": state["run_id"], "workflow": state["workflow"], "target": state["target"],
         "phase": state["phase"], "title": spec.title if spec else "", "status": state["status"],
@@ -245,9 +242,9 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
         "issues": state["issues"], "pending": pending, "violations": state["violations"],
         "allowed_paths": list(spec.allowed_paths) if spec else [],
         "agent_notes": spec.agent_notes if spec else "",
-        "phase_findings": _clip(state["results"].get(state["phase"], {})),
+        "phase_findings": clip(state["results"].get(state["phase"], {})),
         "blocking_next_phase": blocking, "open_patches": state["open_patches"],
-        "artifacts": sorted(state["artifacts"]), "next_steps": _next_steps(state, spec),
+        "artifacts": sorted(state["artifacts"]), "next_steps": next_steps(state, spec),
         "submissions": submission_schemas(load_workflow(state["workflow"]), state["phase"]),
     }
     return ToolResult(status="ok", message=why, data=data)

@@ -37,7 +37,7 @@ def check_layer_sharding(sharding: Any, layer: Any, *, index: int, moe_attr: str
     try:
         sharding._set_layer_sharding_configs(layer, enable_sp=False)
     except (ValueError, AttributeError, NotImplementedError) as exc:
-        hint = _none_children_hint(getattr(layer, "self_attn", None))
+        hint = none_children_hint(getattr(layer, "self_attn", None))
         return [_issue("attention_projection_unhandled", f"layer {index}: {type(exc).__name__}: {exc}{hint}")]
     skip = _moe_modules(layer, moe_attr)
     try:
@@ -72,7 +72,7 @@ def check_dsa_under_tp(attn: Any) -> list[str]:
     return ["DSA indexer present: the target fails loud under TP by design (FSDP/EP only)"]
 
 
-def _none_children_hint(attn: Any) -> str:
+def none_children_hint(attn: Any) -> str:
     if attn is None:
         return " (the layer has no self_attn: attention-free layers, e.g. Mamba or linear attention)"
     # NOTE: HF registers absent projections as None children, and hasattr() is True for them.
