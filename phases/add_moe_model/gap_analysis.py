@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model.records import GapRow, Numerics
+from phases.add_moe_model.work.numerics import CompareRequest
 from phases.add_moe_model.workspace import EXP
 
 NUMERICS = "phases.add_moe_model.work.numerics:compare_dtypes"
@@ -103,16 +104,16 @@ def measure_patch(ctx: PhaseContext, label: str) -> dict[str, Any]:
             "log": ctx.last_worker_log, "attempt": ctx.attempt, "description": "agent patch"}
 
 
-def numerics_request(ctx: PhaseContext, *, dtypes: list[str]) -> dict[str, Any]:
+def numerics_request(ctx: PhaseContext, **fields: Any) -> dict[str, Any]:
+    """A ``CompareRequest`` for the run's synthetic entry (``dtypes`` for numerics, ``dtype`` for the kernel check)."""
     entry = ctx.results["synthetic_config"]["entry"]
-    return {"model_type": entry["model_type"], "config_kwargs": entry, "dtypes": dtypes,
-            "device": ctx.options.get("device", "auto"), "seed": 42}
+    return CompareRequest(model_type=entry["model_type"], config_kwargs=entry, device=ctx.options.get("device", "auto"),
+                          seed=42, **fields).model_dump()
 
 
 def check_kernel_alignment(ctx: PhaseContext) -> dict[str, Any]:
     """Step 3 of the skill: run the experts with HF's kernel on Titan's weights (patches applied)."""
-    request = {**numerics_request(ctx, dtypes=[VERDICT_DTYPE]), "dtype": VERDICT_DTYPE}
-    request.pop("dtypes")
+    request = numerics_request(ctx, dtype=VERDICT_DTYPE)
     result = ctx.call_worker(KERNEL_ALIGN, request, label="kernel alignment")
     verified, description = classify_alignment(result)
     return add_row(ctx, GapRow(

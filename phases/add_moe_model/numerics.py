@@ -30,6 +30,7 @@ from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import tree_scripts
 from phases.add_moe_model.memory_budget import memory_shortfall
+from phases.add_moe_model.work.numerics import CompareRequest
 
 WORKER = "phases.add_moe_model.work.numerics:compare_dtypes"
 VERDICT_DTYPE = "bfloat16"
@@ -104,13 +105,8 @@ def resolve_synthetic_entry(results: dict[str, dict[str, Any]]) -> dict[str, Any
 
 
 def build_request(entry: dict[str, Any], *, options: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "model_type": entry["model_type"],
-        "config_kwargs": entry,
-        "dtypes": [VERDICT_DTYPE, DIAGNOSTIC_DTYPE],
-        "device": options.get("device", "auto"),
-        "seed": int(options.get("seed", 42)),
-    }
+    return CompareRequest(model_type=entry["model_type"], config_kwargs=entry, dtypes=[VERDICT_DTYPE, DIAGNOSTIC_DTYPE],
+                          device=options.get("device", "auto"), seed=int(options.get("seed", 42))).model_dump()
 
 
 def build_table(results: list[Any]) -> NumericsTable:
