@@ -15,7 +15,7 @@ import subprocess
 
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
-from phases.add_moe_model.records import Numerics
+from phases.add_moe_model.records import Numerics, Probe, Synthetic
 from phases.add_moe_model.workspace import EXP
 
 PRE_COMMIT_CONFIG = ".pre-commit-config.yaml"
@@ -64,11 +64,11 @@ def run_pre_commit(ctx: PhaseContext, files: list[str]) -> dict[str, str]:
 
 
 def message_values(ctx: PhaseContext) -> dict[str, object]:
-    probe, verdict = ctx.results["probe"], ctx.result("numerics", Numerics).verdict
-    entry = ctx.results["synthetic_config"]["entry"]
+    probe, verdict = ctx.result("probe", Probe), ctx.result("numerics", Numerics).verdict
+    entry = ctx.result("synthetic_config", Synthetic).entry
     return {"model_name": ctx.options["model_id"].split("/")[-1].removeprefix("type:"),
-            "hidden_size": entry.get("hidden_size", probe["hidden_size"]),
-            "moe_intermediate_size": entry.get("moe_intermediate_size", probe["moe_intermediate_size"]),
+            "hidden_size": entry.get("hidden_size", probe.hidden_size),
+            "moe_intermediate_size": entry.get("moe_intermediate_size", probe.moe_intermediate_size),
             "experts": 8, "kl": verdict.kl, "max_diff": verdict.max_diff}
 
 

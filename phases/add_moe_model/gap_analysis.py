@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
-from phases.add_moe_model.records import GapRow, Numerics
+from phases.add_moe_model.records import GapRow, Numerics, Synthetic
 from phases.add_moe_model.work.numerics import CompareRequest
 from phases.add_moe_model.workspace import EXP
 
@@ -106,7 +106,7 @@ def measure_patch(ctx: PhaseContext, label: str) -> dict[str, Any]:
 
 def numerics_request(ctx: PhaseContext, **fields: Any) -> dict[str, Any]:
     """A ``CompareRequest`` for the run's synthetic entry (``dtypes`` for numerics, ``dtype`` for the kernel check)."""
-    entry = ctx.results["synthetic_config"]["entry"]
+    entry = ctx.result("synthetic_config", Synthetic).entry
     return CompareRequest(model_type=entry["model_type"], config_kwargs=entry, device=ctx.options.get("device", "auto"),
                           seed=42, **fields).model_dump()
 

@@ -31,6 +31,7 @@ from orchestrator.phase_api import HandBack, Issue, PhaseContext, PhaseResult, Q
 from phases.add_moe_model.parallel_matrix import (
     Row, TrainerPaths, base_record, matrix, row_from_run, torch_root_cause, trainer_command,
 )
+from phases.add_moe_model.records import Synthetic
 
 BUILD_CHECK = "phases.add_moe_model.work.build_check:build_check"
 ASSETS = "phases.add_moe_model.work.trainer_assets:make_assets"
@@ -51,7 +52,7 @@ QUESTION_KEY = "unrun_rows"
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
-    entry = ctx.results["synthetic_config"]["entry"]
+    entry = ctx.result("synthetic_config", Synthetic).entry
     request = {"model_type": entry["model_type"], "config_kwargs": entry}
     checks = ctx.call_worker(BUILD_CHECK, request, label="sharding build check")["results"]
     for check in checks:

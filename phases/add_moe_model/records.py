@@ -12,6 +12,26 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 
+class Probe(BaseModel):
+    """What the probe phase measured of the model, as later phases read it (the full answer is kept as is)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    hidden_size: int | None = None
+    moe_intermediate_size: int | None = None
+    min_layers_needed: int | None = None
+    """Layers the synthetic model needs so every kind of layer the real model has is built at least once."""
+
+
+class Synthetic(BaseModel):
+    """The synthetic-config phase's answer."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    entry: dict[str, Any]
+    """The model's ``_MODEL_CONFIGS``-style entry: ``model_type`` plus the config kwargs every worker builds from."""
+
+
 class Verdict(BaseModel):
     """The bf16 comparison that decides the tier (the numerics worker's full result is kept as is)."""
 

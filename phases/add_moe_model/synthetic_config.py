@@ -15,6 +15,7 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model.compat import EXP
 from phases.add_moe_model.config_entry import ConfigEntryError, check_only_model_configs_changed, upsert_model_config
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
+from phases.add_moe_model.records import Probe
 
 WORKER = "phases.add_moe_model.work.synthetic:build_synthetic"
 NE_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
@@ -22,14 +23,14 @@ NE_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
 
 def run(ctx: PhaseContext) -> PhaseResult:
     """Build, check and write the synthetic entry for the probed model."""
-    probe = ctx.results.get("probe")
-    if not probe:
+    if "probe" not in ctx.results:
         return PhaseResult(outcome="failed", summary="no probe result: run the probe phase first")
+    probe = ctx.result("probe", Probe)
     try:
         source = resolve_model_source(str(ctx.options.get("model", "")))
     except ModelSourceError as exc:
         return PhaseResult(outcome="failed", summary=str(exc))
-    request = {"source": source.model_dump(mode="json"), "probe_min_layers": probe.get("min_layers_needed")}
+    request = {"source": source.model_dump(mode="json"), "probe_min_layers": probe.min_layers_needed}
     answer = ctx.call_worker(WORKER, request, label="synthetic_config")
     entry, checks = answer["entry"], list(answer["checks"])
     if checks:
