@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import git
@@ -34,18 +35,44 @@ def test_workspace_layout_and_branches(made, tmp_path):
 
 
 def test_each_candidate_is_one_commit_touching_its_files(made):
+    """The branch tip is the candidate's diff alone, on main plus the candidates it is written on."""
     repo = git.Repo(made)
     main = repo.heads.main.commit
     for candidate in load_candidates():
         tip = repo.heads[candidate.meta.branch].commit
-        assert tip.parents == (main,), candidate.name
-        changed = sorted(d.a_path for d in main.diff(tip))
+        (parent,) = tip.parents
+        under = repo.git.rev_list(f"{main.hexsha}..{parent.hexsha}").split()
+        assert len(under) == len(candidate.meta.after), candidate.name
+        changed = sorted(d.a_path for d in parent.diff(tip))
         assert changed == sorted(candidate.meta.files), candidate.name
-        shown = repo.git.diff(main.hexsha, tip.hexsha, "--", *candidate.meta.files)
+        shown = repo.git.diff(parent.hexsha, tip.hexsha, "--", *candidate.meta.files)
         added = [line for line in shown.splitlines() if line.startswith("+") and not line.startswith("+++")]
         wanted = [line for line in candidate.diff.read_text().splitlines()
                   if line.startswith("+") and not line.startswith("+++")]
         assert added and added == wanted, candidate.name
+
+
+def test_a_rewrite_written_on_others_holds_them_first(made):
+    repo = git.Repo(made)
+    (rope,) = [c for c in load_candidates() if c.name == "rope-in-place"]
+    subjects = repo.git.log("--format=%s", f"main..{rope.meta.branch}").splitlines()[::-1]
+    firsts = [repo.heads[f"candidate/{dep}"].commit.message.splitlines()[0] for dep in rope.meta.after]
+    assert subjects[:-1] == firsts and len(subjects) == len(rope.meta.after) + 1
+
+
+def test_after_must_name_a_candidate_and_must_not_loop(tmp_path):
+    for name, after in (("a", ["b"]), ("b", ["a"])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "change.diff").write_text("--- a/examples/x.py\n+++ b/examples/x.py\n")
+        (folder / "meta.json").write_text(json.dumps({
+            "label": name, "pattern": None, "branch": f"candidate/{name}", "regions": [],
+            "files": ["examples/x.py"], "message": name, "after": after}))
+    with pytest.raises(WorkspaceError, match="loops back"):
+        load_candidates(tmp_path)
+    (tmp_path / "b" / "meta.json").write_text((tmp_path / "b" / "meta.json").read_text().replace('["a"]', '["zz"]'))
+    with pytest.raises(WorkspaceError, match="unknown candidate"):
+        load_candidates(tmp_path)
 
 
 def test_materialize_is_idempotent_and_restores_missing_branches(made, tmp_path):

@@ -7,8 +7,9 @@ workspace instead of silently reusing a stale one. The tree is built in a tempor
 folder and renamed into place, so a crash never leaves a half-made workspace behind;
 an existing clean workspace is reused and only missing candidate branches are added.
 
-Candidates live in ``embedded/candidates/<name>/`` (``meta.json`` + ``change.diff`` against ``main``);
-each becomes one commit on top of ``main`` on its ``branch``. Engine side:
+Candidates live in ``embedded/candidates/<name>/`` (``meta.json`` + ``change.diff``); each
+becomes one commit on its ``branch``, on top of ``main``, or for a rewrite written on others
+(``after``), on top of their commits replayed on ``main`` in that order. Engine side:
 GitPython only, no torch.
 """
 
@@ -53,6 +54,9 @@ class CandidateMeta(BaseModel):
     regions: tuple[str, ...]
     files: tuple[str, ...]
     message: str
+    after: tuple[str, ...] = ()
+    """Candidates (folder names) whose changes this diff is written on; its branch holds them
+    first, so its tip commit alone applies to a stack that has them."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,9 +87,35 @@ def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
         if touched != sorted(meta.files):
             problems.append(f"{folder.name}: change.diff touches {touched}, meta.json lists {sorted(meta.files)}")
         candidates.append(Candidate(name=folder.name, meta=meta, diff=diff))
+    problems += _unknown_after(candidates)
     if problems:
         raise WorkspaceError(f"{len(problems)} bad candidate(s) in {root}: " + "; ".join(problems))
-    return tuple(candidates)
+    return _after_first(candidates)
+
+
+def _unknown_after(candidates: list[Candidate]) -> list[str]:
+    names = {c.name for c in candidates}
+    return [f"{c.name}/meta.json: after names unknown candidate(s) {sorted(set(c.meta.after) - names)}"
+            for c in candidates if set(c.meta.after) - names]
+
+
+def _after_first(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+    """Name order, except that a candidate comes after every candidate it is written on."""
+    by_name, ordered, placing = {c.name: c for c in candidates}, {}, set()
+
+    def place(c: Candidate) -> None:
+        if c.name in ordered:
+            return
+        if c.name in placing:
+            raise WorkspaceError(f"candidate {c.name}: its after list loops back to it")
+        placing.add(c.name)
+        for dep in c.meta.after:
+            place(by_name[dep])
+        ordered[c.name] = c
+
+    for candidate in candidates:
+        place(candidate)
+    return tuple(ordered.values())
 
 
 def library_files(root: Path = EMBEDDED_ROOT) -> tuple[Path, ...]:
@@ -148,14 +178,18 @@ def _build_workspace(path: Path, candidates: tuple[Candidate, ...]) -> None:
     repo = git.Repo.init(path, initial_branch="main")
     repo.git.add(A=True)
     repo.index.commit("moe_layer: pristine library", author=BOT, committer=BOT)
+    branches = {c.name: c.meta.branch for c in candidates}
     for candidate in candidates:
-        _commit_candidate(repo, candidate)
+        _commit_candidate(repo, candidate, branches)
 
 
-def _commit_candidate(repo: git.Repo, candidate: Candidate) -> None:
-    """Add ``candidate`` as one commit on top of ``main`` on its branch; back on main after."""
+def _commit_candidate(repo: git.Repo, candidate: Candidate, branches: dict[str, str]) -> None:
+    """Add ``candidate`` as one commit on its branch (on ``main`` plus its ``after`` tips); back on main after."""
     repo.git.checkout("-b", candidate.meta.branch, "main")
     try:
+        for dep in candidate.meta.after:
+            with repo.git.custom_environment(GIT_COMMITTER_NAME=BOT.name, GIT_COMMITTER_EMAIL=BOT.email):
+                repo.git.cherry_pick(branches[dep])
         repo.git.apply(str(candidate.diff))
         repo.index.add(list(candidate.meta.files))
         repo.index.commit(
@@ -186,8 +220,9 @@ def _reuse_workspace(path: Path, candidates: tuple[Candidate, ...]) -> Path:
     if missing:
         active = repo.active_branch.name
         repo.git.checkout("main")
+        branches = {c.name: c.meta.branch for c in candidates}
         for candidate in missing:
-            _commit_candidate(repo, candidate)
+            _commit_candidate(repo, candidate, branches)
         repo.git.checkout(active)
     return path
 
