@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import textwrap
@@ -113,3 +114,21 @@ def test_measure_once_rejects_an_unknown_tree_without_a_result():
          "--tree", "bogus", "--tokens", "8", "--device", "cpu"], 1, env={"PYTHONPATH": str(ROOT)})
     assert run.status == "FAILED" and run.result is None and "unknown tree 'bogus'" in run.log_tail
     assert json.dumps(run.model_dump(mode="json"))
+
+
+def test_gpu_poll_counts_only_the_measured_gpu(tmp_path, monkeypatch):
+    """Work on the host's other GPU is not an intruder; the first visible GPU is the measured one."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n"
+                    "case \"$1\" in\n"
+                    "  --query-compute-apps=*) printf '101, GPU-aaa\\n202, GPU-bbb\\n303, GPU-bbb\\n' ;;\n"
+                    "  --query-gpu=*) printf '0, GPU-aaa\\n1, GPU-bbb\\n' ;;\n"
+                    "esac\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert probe_gpu_pids() == {101}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert probe_gpu_pids() == {202, 303}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa")
+    assert probe_gpu_pids() == {101}

@@ -3,9 +3,10 @@
 Each run is a new process of ``command`` (typically a measurement script)
 that prints one ``RESULT {json}`` line on success. Only that run's own output is parsed: a
 run that exits non-zero or prints no RESULT is a FAILED row, so a crash can never reuse an
-earlier run's result. While a run is alive, ``nvidia-smi --query-compute-apps=pid`` is polled
-(when the tool exists); any compute process that is not the run or one of its children is
-recorded on the row, which is then contaminated and should be rerun. Stdlib only: this
+earlier run's result. While a run is alive, ``nvidia-smi --query-compute-apps`` is polled
+(when the tool exists); any compute process on the measured GPU (the first visible one) that
+is not the run or one of its children is recorded on the row, which is then contaminated and
+should be rerun. Work on the host's other GPUs is not an intruder. Stdlib only: this
 module runs in the engine process too.
 """
 
@@ -38,17 +39,36 @@ def parse_result(output: str) -> dict | None:
 
 
 def probe_gpu_pids() -> set[int] | None:
-    """PIDs of GPU compute processes, or None when nvidia-smi is absent or fails."""
+    """PIDs of compute processes on the measured GPU, or None when nvidia-smi is absent or fails."""
+    apps = _nvidia_smi("--query-compute-apps=pid,gpu_uuid")
+    if apps is None:
+        return None
+    measured = measured_gpu_uuid()
+    return {int(row[0]) for row in apps if row[0].isdigit() and (measured is None or row[-1] == measured)}
+
+
+def measured_gpu_uuid() -> str | None:
+    """UUID of the GPU a run's ``cuda`` device is: the first of CUDA_VISIBLE_DEVICES, else index 0.
+
+    None when it cannot be told (then every GPU's processes count).
+    """
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    if first.startswith(("GPU-", "MIG-")):
+        return first
+    gpus = _nvidia_smi("--query-gpu=index,uuid")
+    return next((row[1] for row in gpus or [] if len(row) == 2 and row[0] == first), None)
+
+
+def _nvidia_smi(query: str) -> list[list[str]] | None:
+    """Rows of one ``nvidia-smi`` CSV query (cells stripped), or None when it cannot run."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout
+        out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
     except (subprocess.SubprocessError, OSError):
         return None
-    return {int(tok) for tok in out.split() if tok.strip().isdigit()}
+    return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
 
 
 def _descendants(pid: int) -> set[int]:
