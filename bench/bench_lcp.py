@@ -32,6 +32,10 @@ SHIPPED = {
     "mlp-swiglu": "dense and shared SwiGLU activation as a region",
     "residual-norm": "residual add fused into the ffn norm",
     "real-rope": "real-arithmetic RoPE",
+    "latent-proj": "MLA input projections as one GEMM",
+    "rope-in-place": "query RoPE rotated in place",
+    "gemm-grad-sum": "SwiGLU input grads summed in the GEMMs",
+    "residual-gemm": "second residual add in the ffn's last GEMM",
 }
 """Shipped candidate branches (``candidate/<name>``) and their labels, in the default order.
 

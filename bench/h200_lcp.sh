@@ -5,6 +5,8 @@
 #   bash bench/h200_lcp.sh combine RUN [NAME]    # the five rewrites as one candidate; graph budget and
 #                                                # confirmation fit in 540 s, correctness (about 210 s) may not
 #   bash bench/h200_lcp.sh finish RUN            # advances a cut phase first, then findings, open_prs=no, audit
+#   bash bench/h200_lcp.sh diag                  # glue of each rewrite prefix in .devstate/diag (one process each;
+#                                                # DIAG_GPUS picks the GPU, so it can run beside `start` on GPU 0)
 # The state directory is .devstate/state (ignore it in .git/info/exclude and carry it between
 # calls); missing pure-Python wheels are read from $WHEELS (default state/workspaces/lcp-device/whl).
 # Each step leaves $OUT/state_<step>.tgz (the state directory) and $OUT/log_<step>.txt, and exits
@@ -21,7 +23,8 @@ state=.devstate/state
 # Device calls may land on fresh machines: the trail's signed heads travel inside the carried
 # state dir here (a bench harness; on a workstation they stay in ~/.config/orchestrator).
 export ORCHESTRATOR_ANCHOR_DIR=${ORCHESTRATOR_ANCHOR_DIR:-$state/.anchors}
-rewrites=norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm
+rewrites=${REWRITES:-norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm,real-rope,latent-proj,rope-in-place,gemm-grad-sum,residual-gemm}
+regions5=mla_qk,swiglu,mlp_swiglu,moe_combine,moe_dispatch,rms_norm,add_rms_norm,router
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout)
 status=0
 case "$step" in
@@ -33,6 +36,14 @@ case "$step" in
              --combine "$rewrites" \
              --combine-branch "${3:-combined}" ;;
   finish)  "${bench[@]}" --resume "${2:?RUN}" --branches '' --finish ;;
+  diag)    d=.devstate/diag
+           python3 bench/diag/variant_glue.py --gpus "${DIAG_GPUS:-0}" --tokens 4096,16384 --deadline-s "${DIAG_S:-400}" \
+             --out "$OUT/diag.json" --variant "s05=$d/s05-residual-norm:regions:$regions5" \
+             --variant "s10=$d/s10-residual-gemm:regions:$regions5,rope_in_place" \
+             --variant "s06=$d/s06-real-rope:regions:$regions5" \
+             --variant "s08=$d/s08-rope-in-place:regions:$regions5,rope_in_place" \
+             --variant "s07=$d/s07-latent-proj:regions:$regions5" \
+             --variant "s09=$d/s09-gemm-grad-sum:regions:$regions5,rope_in_place" ;;
   *)       echo "unknown step $step" >&2; exit 2 ;;
 esac 2>&1 | tee "$OUT/log_$step.txt" || status=$?
 [ "$status" = 0 ] || echo "step $step failed (exit $status, see the log); saving the state anyway"
