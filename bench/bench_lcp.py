@@ -69,7 +69,7 @@ def drive(args: argparse.Namespace) -> str:
     run_id = args.resume or start_and_advance(args, deadline)
     if not run_id:
         return latest_run(args.state_dir)
-    if args.resume and not finish_interrupted(args.state_dir, run_id, deadline):
+    if args.resume and not finish_interrupted(args.state_dir, run_id, deadline) and not args.finish:
         return run_id
     tried = tried_branches(args.state_dir, run_id)
     if args.combine:
@@ -88,8 +88,12 @@ def drive(args: argparse.Namespace) -> str:
                       state_dir=args.state_dir, timeout=left)
         print(f"candidate {name}: exit {rc}, phase {out.get('phase')}", flush=True)
     if args.finish:
-        cli("resume", run_id, "--answer", "candidates=done", state_dir=args.state_dir, timeout=120)
-        cli("resume", run_id, "--answer", "open_prs=no", state_dir=args.state_dir, timeout=120)
+        # NOTE: findings measures the stack's own code (fresh processes): minutes, not seconds
+        if run_phase(args.state_dir, run_id) == "pick_fix":
+            cli("resume", run_id, "--answer", "candidates=done", state_dir=args.state_dir,
+                timeout=max(120.0, deadline - time.monotonic()))
+        cli("resume", run_id, "--answer", "open_prs=no", state_dir=args.state_dir,
+            timeout=max(120.0, deadline - time.monotonic()))
         rc, audit = cli("audit", run_id, state_dir=args.state_dir, timeout=120)
         print(f"audit: ok={audit.get('ok')} findings={audit.get('findings')}", flush=True)
     return run_id
@@ -108,6 +112,10 @@ def start_and_advance(args: argparse.Namespace, deadline: float) -> str | None:
         print(f"run stopped in {out.get('phase')}: {out.get('summary')}")
         return None
     return run_id
+
+
+def run_phase(state_dir: Path, run_id: str) -> str:
+    return json.loads((state_dir / "runs" / run_id / "run.json").read_text())["phase"]
 
 
 def finish_interrupted(state_dir: Path, run_id: str, deadline: float) -> bool:

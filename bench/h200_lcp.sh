@@ -23,7 +23,7 @@ state=.devstate/state
 # Device calls may land on fresh machines: the trail's signed heads travel inside the carried
 # state dir here (a bench harness; on a workstation they stay in ~/.config/orchestrator).
 export ORCHESTRATOR_ANCHOR_DIR=${ORCHESTRATOR_ANCHOR_DIR:-$state/.anchors}
-rewrites=${REWRITES:-norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm,real-rope,latent-proj,rope-in-place,gemm-grad-sum,residual-gemm}
+rewrites=${REWRITES:-norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm,latent-proj,rope-in-place}
 regions5=mla_qk,swiglu,mlp_swiglu,moe_combine,moe_dispatch,rms_norm,add_rms_norm,router
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout)
 status=0
@@ -36,14 +36,14 @@ case "$step" in
              --combine "$rewrites" \
              --combine-branch "${3:-combined}" ;;
   finish)  "${bench[@]}" --resume "${2:?RUN}" --branches '' --finish ;;
-  diag)    d=.devstate/diag
+  diag)    # every folder .devstate/diag/pNN-<rewrite> (main plus the first NN rewrites), in order
+           variants=()
+           for d in .devstate/diag/p*; do
+             r=$regions5; grep -q '"rope_in_place"' "$d/examples/moe_layer/attention.py" && r=$r,rope_in_place
+             variants+=(--variant "$(basename "$d" | cut -d- -f1)=$d:regions:$r")
+           done
            python3 bench/diag/variant_glue.py --gpus "${DIAG_GPUS:-0}" --tokens 4096,16384 --deadline-s "${DIAG_S:-400}" \
-             --out "$OUT/diag.json" --variant "s05=$d/s05-residual-norm:regions:$regions5" \
-             --variant "s10=$d/s10-residual-gemm:regions:$regions5,rope_in_place" \
-             --variant "s06=$d/s06-real-rope:regions:$regions5" \
-             --variant "s08=$d/s08-rope-in-place:regions:$regions5,rope_in_place" \
-             --variant "s07=$d/s07-latent-proj:regions:$regions5" \
-             --variant "s09=$d/s09-gemm-grad-sum:regions:$regions5,rope_in_place" ;;
+             --out "$OUT/diag.json" "${variants[@]}" ;;
   *)       echo "unknown step $step" >&2; exit 2 ;;
 esac 2>&1 | tee "$OUT/log_$step.txt" || status=$?
 [ "$status" = 0 ] || echo "step $step failed (exit $status, see the log); saving the state anyway"
