@@ -155,3 +155,10 @@ def test_count_graphs_over_token_counts_and_no_grad():
         assert five.worst == 8 and not five.within_limit and not five.within_target
     finally:
         harness.bind_regions([])
+
+
+def test_an_input_updated_in_place_counts_as_written():
+    x = torch.ones(1024, dtype=torch.int32)
+    assert boundary_bytes(lambda w: w.add_(1), x)["fwd"] == 2 * 4096
+    assert boundary_bytes(lambda w: w + 1, x)["fwd"] == 2 * 4096
+    assert boundary_bytes(lambda w: None, x)["fwd"] == 4096

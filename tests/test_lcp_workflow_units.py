@@ -224,3 +224,21 @@ def test_what_blocks_a_glue_op_names_its_evidence():
     overhead = blocker_text(compiled=True, ratio=9.0, traffic=9.0, notes=["blocker: rope: the cat"], per_call_ms=0.2,
                             floor_ms=0.1)
     assert overhead.startswith("call overhead") and overhead.endswith("; blocker: rope: the cat")
+
+
+def test_a_glue_op_that_holds_gemms_is_not_blamed_on_its_bytes():
+    """The H200 run's mla_qk (wq_b and wkv_b inside) read "the bytes, likely" at 7.5x its bytes ideal."""
+    from phases.local_compile_perf.stack_code import blocker_text, judge_op
+
+    reason = blocker_text(compiled=True, ratio=7.5, traffic=3.2, notes=[], per_call_ms=8.0, floor_ms=None,
+                          gemm_gflop=2700.0)
+    assert reason.startswith("holds GEMMs (2.7e+03 GFLOP a call)")
+    op = {"op": "mla_qk", "region": "mla_qk", "compiled": True, "calls_per_step": 2, "fwd_ms": (9.0,),
+          "fwdbwd_ms": (9.0,), "fwd_bytes": 10**9, "bwd_bytes": 10**9, "eager_bytes": {"fwd": 2 * 10**9, "bwd": 0},
+          "device_ms": 0.5, "gemm_flops": 0}
+    judged = judge_op(op, 4.0, [], floor_ms=1.0)
+    # the device time of its kernels is what counts on CUDA, and a device time has no launch floor
+    assert judged["timer"] == "device" and judged["measured_ms"] == 1.0
+    assert judged["ratio"] == 1.0 / (2 * 2e9 / 4e12 * 1e3) and judged["blocker"] == ""
+    host = judge_op({**op, "device_ms": None}, 4.0, [], floor_ms=4.0)
+    assert host["timer"] == "call" and host["blocker"].startswith("call overhead")

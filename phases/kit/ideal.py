@@ -96,13 +96,17 @@ def record_op_bytes(fn: Callable[..., Any], *args: Any, backward: bool = True, s
 def boundary_bytes(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
     """Ideal traffic of ``fn`` fused into one kernel, fwd and bwd: {"fwd": n, "bwd": n}.
 
-    fwd: inputs read once + outputs written once. bwd: output grads read + inputs read (as
-    saved) + input grads written, for the inputs that require grad.
+    fwd: inputs read once + outputs written once (an input that ``fn`` updates in place is
+    written too). bwd: output grads read + inputs read (as saved) + input grads written, for
+    the inputs that require grad.
     """
-    out = _tensors(fn(*args))
     ins = _tensors(args)
+    versions = [t._version for t in ins]
+    out = _tensors(fn(*args))
+    updated = [t for t, version in zip(ins, versions) if t._version != version]
     grad_ins = [t for t in ins if t.requires_grad]
-    fwd = sum(tensor_bytes(t) for t in ins) + sum(tensor_bytes(t) for t in out)
+    written = {id(t): t for t in (*out, *updated)}  # NOTE: ``x.add_(1)`` returns x: one write
+    fwd = sum(tensor_bytes(t) for t in ins) + sum(tensor_bytes(t) for t in written.values())
     bwd = 0
     if grad_ins and any(t.requires_grad for t in out):
         bwd = sum(tensor_bytes(t) for t in out if t.requires_grad) + sum(tensor_bytes(t) for t in ins)

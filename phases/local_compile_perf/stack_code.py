@@ -83,35 +83,47 @@ def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:
 
 def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str], *,
              floor_ms: float | None) -> dict[str, Any]:
-    """One glue op as the stack runs it against its ideal time, and what keeps it from there."""
+    """One glue op as the stack runs it against its ideal time, and what keeps it from there.
+
+    On CUDA the op's time is the device time of its kernels (timed alone, an op waits on its
+    own launches, which a full step hides); on a host timer it is the timed call.
+    """
     calls = op["calls_per_step"]
     samples = op["fwdbwd_ms"] or op["fwd_ms"]
+    device_ms = op.get("device_ms")
+    per_call = device_ms if device_ms is not None else statistics.median(samples)
     nbytes = op["fwd_bytes"] + (op["bwd_bytes"] if op["fwdbwd_ms"] else 0)
-    measured, ideal = statistics.median(samples) * calls, ideal_ms(nbytes, bandwidth_tbs) * calls
+    measured, ideal = per_call * calls, ideal_ms(nbytes, bandwidth_tbs) * calls
+    row = {"op": op["op"], "region": op["region"], "compiled": op["compiled"], "measured_ms": measured,
+           "timer": "device" if device_ms is not None else "call", "gemm_gflop": op.get("gemm_flops", 0) / 1e9}
     if not nbytes:
-        return {"op": op["op"], "region": op["region"], "compiled": op["compiled"], "measured_ms": measured,
-                "ideal_ms": 0.0, "ratio": None, "eager_traffic_ratio": None,
+        return {**row, "ideal_ms": 0.0, "ratio": None, "eager_traffic_ratio": None,
                 "blocker": "no ideal: the op moves no tensor bytes across its boundary"}
     ratio = measured / ideal
     eager_bytes = sum(op["eager_bytes"].values()) if op["fwdbwd_ms"] else op["eager_bytes"]["fwd"]
     traffic = eager_bytes / nbytes
     notes = [b for b in blockers if op["region"] in b]
-    return {"op": op["op"], "region": op["region"], "compiled": op["compiled"], "measured_ms": measured,
-            "ideal_ms": ideal, "ratio": ratio, "eager_traffic_ratio": traffic,
+    return {**row, "ideal_ms": ideal, "ratio": ratio, "eager_traffic_ratio": traffic,
             "blocker": blocker_text(compiled=op["compiled"], ratio=ratio, traffic=traffic, notes=notes,
-                                    per_call_ms=statistics.median(samples), floor_ms=floor_ms)}
+                                    per_call_ms=per_call, floor_ms=None if device_ms is not None else floor_ms,
+                                    gemm_gflop=row["gemm_gflop"])}
 
 
 def blocker_text(*, compiled: bool, ratio: float, traffic: float, notes: list[str], per_call_ms: float,
-                 floor_ms: float | None) -> str:
+                 floor_ms: float | None, gemm_gflop: float = 0.0) -> str:
     """What the numbers say keeps an op from its ideal ("" when it is within REACHED_RATIO).
 
     The engine cannot see inside a kernel, so each reason names its evidence and where to look.
+    ``floor_ms`` applies to host-timed calls only (a device time has no launch cost in it).
     """
     if ratio <= REACHED_RATIO:
         return ""
     if not compiled:
         reason = "not compiled in the stack: it runs eager (no region of the stack takes it)"
+    elif gemm_gflop:
+        reason = (f"holds GEMMs ({gemm_gflop:.3g} GFLOP a call): its time is matmul as much as bytes, which the "
+                  "bytes ideal does not bound; judge its glue from the step's kernel table, or keep the GEMMs "
+                  "out of the region")
     elif floor_ms is not None and per_call_ms < FLOOR_FACTOR * floor_ms:
         reason = (f"call overhead: one call takes {per_call_ms:.4f} ms and a compiled one-element add "
                   f"{floor_ms:.4f} ms here, so launch and dispatch set its time, not its bytes: a larger region "

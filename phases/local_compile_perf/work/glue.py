@@ -8,7 +8,10 @@ step. Each signature is then timed alone in eager, forward and forward+backward 
 = the difference), and its ideal bytes are the kit's boundary bytes (inputs read once,
 outputs written once; backward: output grads and saved inputs read, input grads written).
 With ``regions`` set, the ops of those regions are timed through their compiled binding
-(the stack's code as it runs), so the findings can hold a rewrite against its ideal.
+(the stack's code as it runs), so the findings can hold a rewrite against its ideal. On CUDA
+each op is also profiled for the device time of its kernels: an op timed alone waits on its
+own launches, which a full step hides behind the GPU's queue. The matmul FLOPs of the eager
+function are counted too: a region that holds GEMMs is not bounded by its bytes.
 Worker entry: ``measure_glue_worker`` (GlueRequest -> GlueResponse).
 """
 
@@ -48,6 +51,11 @@ class GlueOp(BaseModel):
     """What the eager ops really move, fwd and bwd (kit ideal.record_op_bytes)."""
     compiled: bool = False
     """True when the times are of the region's compiled binding (bytes are always the eager function's)."""
+    device_ms: float | None = None
+    """Device time of the op's kernels per call (fwd+bwd when it has a backward), from the profiler;
+    None off CUDA."""
+    gemm_flops: int = 0
+    """Matmul FLOPs of one call of the eager function (fwd+bwd when it has a backward)."""
 
 
 class GlueResponse(BaseModel):
@@ -122,9 +130,10 @@ def _grad_step(fn: Callable[[], Any]) -> Callable[[], None] | None:
 def measure_glue_op(op: str, region: str, entry: dict[str, Any], slot: Any, *,
                     device: str, warmup: int, iters: int) -> GlueOp:
     """Time one recorded signature alone (its bound callable: compiled when the region is bound,
-    else eager) and compute its boundary and eager bytes from the eager function."""
+    else eager) and compute its boundary and eager bytes and GEMM FLOPs from the eager function."""
     from phases.kit.ideal import boundary_bytes, record_op_bytes, sum_bytes
-    from phases.kit.timing import measure_step
+    from phases.kit.profile import profile_kernels
+    from phases.kit.timing import is_cuda, measure_step
 
     eager = functools.partial(slot.fn, **entry["kwargs"])
     timed = functools.partial(slot.compiled or slot.fn, **entry["kwargs"])
@@ -132,10 +141,27 @@ def measure_glue_op(op: str, region: str, entry: dict[str, Any], slot: Any, *,
     fwd = measure_step(lambda: timed(*args), warmup=warmup, iters=iters, device=device)
     step = _grad_step(lambda: timed(*args))
     fwdbwd = measure_step(step, warmup=warmup, iters=iters, device=device).samples_ms if step else ()
+    device_ms = profile_kernels(step or (lambda: timed(*args)), steps=iters, device=device).total_ms_per_step \
+        if is_cuda(device) else None
     ideal = boundary_bytes(eager, *args)
     return GlueOp(op=op, region=region, calls_per_step=entry["calls"], shapes=_signature(args, entry["kwargs"]),
                   fwd_ms=fwd.samples_ms, fwdbwd_ms=fwdbwd, fwd_bytes=ideal["fwd"], bwd_bytes=ideal["bwd"],
-                  eager_bytes=sum_bytes(record_op_bytes(eager, *args)), compiled=slot.compiled is not None)
+                  eager_bytes=sum_bytes(record_op_bytes(eager, *args)), compiled=slot.compiled is not None,
+                  device_ms=device_ms, gemm_flops=gemm_flops(eager, args, backward=step is not None))
+
+
+def gemm_flops(fn: Callable[..., Any], args: tuple, *, backward: bool) -> int:
+    """Matmul FLOPs of one eager call of ``fn`` (and its backward), by torch's FLOP counter."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import FlopCounterMode
+
+    fresh = tuple(_detach(a) for a in args)
+    with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
+        outs = [t for t in tree_leaves(fn(*fresh)) if isinstance(t, torch.Tensor) and t.requires_grad]
+        if outs:
+            torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+    return int(counter.get_total_flops())
 
 
 def measure_call_floor(*, device: str, warmup: int, iters: int) -> float:
