@@ -1,8 +1,8 @@
 """Step 10, stack and findings doc: FINDINGS.md, one PR text per stack entry, the PR question.
 
 The findings doc follows the skill's skeleton (conditions, upstream -> stack per token
-count, baselines, ordered stack with deltas, Rejected / Compile limits hit / Not tested /
-Skill feedback). Every number in it is a cited median taken from the trail. Each PR text
+count, baselines, ordered stack with deltas, each rewrite's own delta when an entry holds
+several, Rejected / Compile limits hit / Not tested / Skill feedback). Every number in it is a cited median taken from the trail. Each PR text
 is rendered from the pr-template structure and must pass ``lint_pr_text``; a text that
 does not is a failed phase (the template is wrong, not the run). The engine never opens a
 PR: it asks a human (``open_prs``: no or draft) and records the answer.
@@ -17,6 +17,7 @@ from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.devlog import log, renders_devlog
 from phases.local_compile_perf.pr_lint import lint_pr_text
 from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas
 from phases.local_compile_perf.skill_feedback import collect_feedback
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
 from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code
@@ -34,6 +35,7 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     final_rows = [Cell.model_validate(r) for r in entries[-1]["confirm_rows"]] if entries else []
     bandwidth = ctx.results["ideal_times"]["bandwidth"]
     stack_code = measure_stack_code(ctx, plan, entries[-1]["commit"], bandwidth["tbs"]) if entries else None
+    deltas = [d for e in entries if (d := measure_rewrite_deltas(ctx, plan, e))]
     per_tokens = []
     for t in plan.tokens:
         up, final = measured(baselines, "upstream", t), measured(final_rows, "candidate", t)
@@ -48,7 +50,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
     return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "rejected": rejected, "limits": limits,
             "not_tested": NOT_TESTED, "feedback": collect_feedback(ctx), "linear": linear, "runs": plan.sizes.runs,
-            "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO}
+            "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
+            "rewrite_deltas": deltas}
 
 
 @renders_devlog

@@ -1,0 +1,105 @@
+"""Each rewrite's own delta when one stack entry holds several (a combined submission).
+
+A submission may carry several rewrites as several commits (``bench_lcp --combine``: one
+confirmation for all, when device time allows one). The entry's confirmed delta then covers
+them together. So the findings measure every prefix of the submitted branch replayed on the
+entry's parent: the parent itself, then the parent plus the first k commits. Each prefix runs
+with the regions the stack enabled before the entry plus the regions declared in the files
+changed so far.
+
+Each prefix gets one fresh process at the per-layer token counts. The skill labels such
+single-run per-branch deltas indicative; the entry's 3-process confirmation stays the cited
+number. Measured once per entry (record ``rewrite_deltas``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import git
+
+from orchestrator.phase_api import PhaseContext
+from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.stack import add_detached_worktree, declared_regions, remove_worktree
+from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
+from phases.local_compile_perf.workspace import BOT
+
+CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
+BASE = "before"
+"""Variant name of the entry's parent (the stack before the entry)."""
+
+
+def entry_commits(target: Path, entry: dict[str, Any]) -> list[git.Commit]:
+    """The submitted branch's commits beyond its merge base with the entry's parent, oldest first."""
+    repo = git.Repo(target)
+    if entry["source_branch"] not in {h.name for h in repo.heads}:
+        return []
+    base = repo.git.merge_base(entry["source_branch"], entry["parent"])
+    return [repo.commit(c) for c in repo.git.rev_list("--reverse", f"{base}..{entry['source_branch']}").split()]
+
+
+def prefix_checkouts(target: Path, entry: dict[str, Any], root: Path) -> list[tuple[str, Path, str]]:
+    """(name, worktree, subject) for the parent and each prefix of the entry's commits, replayed on the parent."""
+    commits = entry_commits(target, entry)
+    made = [(BASE, add_detached_worktree(target, entry["parent"], root / "prefix-0"), "the stack before the entry")]
+    for k, commit in enumerate(commits, start=1):
+        path = add_detached_worktree(target, entry["parent"], root / f"prefix-{k}")
+        tree = git.Repo(path)
+        with tree.git.custom_environment(GIT_COMMITTER_NAME=BOT.name, GIT_COMMITTER_EMAIL=BOT.email):
+            for earlier in commits[:k]:
+                tree.git.cherry_pick(earlier.hexsha)
+        made.append((f"+{k}", path, commit.message.splitlines()[0]))
+    return made
+
+
+def prefix_regions(path: Path, parent: str, stack_regions: list[str]) -> tuple[str, ...]:
+    files = git.Repo(path).git.diff("--name-only", parent, "HEAD").split()
+    return tuple(dict.fromkeys([*stack_regions, *declared_regions(path, files)]))
+
+
+def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``rewrite_deltas`` record of ``entry`` (None when it holds one commit or fewer)."""
+    done = [r for r in ctx.state["records"].get("rewrite_deltas", []) if r["commit"] == entry["commit"]]
+    if done:
+        return done[-1]
+    if len(entry_commits(ctx.target, entry)) < 2:
+        return None
+    root = ctx.scratch_dir / "worktrees" / f"deltas-{entry['commit'][:10]}"
+    made = prefix_checkouts(ctx.target, entry, root)
+    try:
+        tokens = plan.sizes.per_layer_tokens
+        variants = tuple(Variant(name=name, checkout=str(path), tokens=tokens,
+                                 tree="regions:" + ",".join(prefix_regions(path, entry["parent"],
+                                                                             entry["stack_regions_before"])))
+                         for name, path, _subject in made)
+        request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=1,
+                                 timing=plan.timing)
+        rows = build_cells(ctx.call_worker(CONFIRM, request.model_dump(mode="json"), label="rewrite deltas"), runs=1)
+    finally:
+        for _name, path, _subject in made:
+            remove_worktree(ctx.target, path)
+    record_cells(ctx, rows, purpose=f"rewrite deltas of {entry['branch']}")
+    record = {"commit": entry["commit"], "branch": entry["branch"], "tokens": list(tokens),
+              "steps": delta_steps([(name, subject) for name, _path, subject in made], rows, tokens)}
+    ctx.add_record("rewrite_deltas", record)
+    return record
+
+
+def delta_steps(names: list[tuple[str, str]], rows: list[Any], tokens: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Per prefix and token count: glue and wall, and the change from the prefix before it."""
+    steps = []
+    for i, (name, subject) in enumerate(names):
+        per_tokens = []
+        for t in tokens:
+            now = measured(rows, name, t)
+            before = measured(rows, names[i - 1][0], t) if i else None
+            row: dict[str, Any] = {"tokens": t, "glue_ms": now and now.cited["glue_ms"],
+                                   "wall_ms": now and now.cited["wall_ms"]}
+            if now and before:
+                row |= {"glue_delta_ms": now.cited["glue_ms"] - before.cited["glue_ms"],
+                        "wall_delta_ms": now.cited["wall_ms"] - before.cited["wall_ms"]}
+            per_tokens.append(row)
+        steps.append({"name": name, "rewrite": subject, "per_tokens": per_tokens})
+    return steps
