@@ -34,8 +34,9 @@ def combined_workspace(embedded_workspace: Path, tmp_path: Path) -> tuple[Path, 
     shutil.copytree(embedded_workspace, target)
     replay_rewrites(target, REWRITES, branch="candidate/combined", scratch_name="combine")
     repo = git.Repo(target)
-    entry = {"branch": "stack/1-combined", "source_branch": "candidate/combined", "parent": repo.heads.main.commit.hexsha,
-             "commit": repo.heads["candidate/combined"].commit.hexsha, "stack_regions_before": ["router"]}
+    entry = {"branch": "stack/1-combined", "source_branch": "candidate/combined",
+             "parent": repo.heads.main.commit.hexsha, "commit": repo.heads["candidate/combined"].commit.hexsha,
+             "stack_regions_before": ["router"]}
     return target, entry
 
 

@@ -2,10 +2,11 @@
 
 The findings doc follows the skill's skeleton (conditions, upstream -> stack per token
 count, baselines, ordered stack with deltas, each rewrite's own delta when an entry holds
-several, Rejected / Compile limits hit / Not tested / Skill feedback). Every number in it is a cited median taken from the trail. Each PR text
-is rendered from the pr-template structure and must pass ``lint_pr_text``; a text that
-does not is a failed phase (the template is wrong, not the run). The engine never opens a
-PR: it asks a human (``open_prs``: no or draft) and records the answer.
+several, Rejected / Compile limits hit / Not tested / Skill feedback). Every number in it
+is a cited median taken from the trail. Each PR text is rendered from the pr-template
+structure and must pass ``lint_pr_text``; a text that does not is a failed phase (the
+template is wrong, not the run). The engine never opens a PR: it asks a human
+(``open_prs``: no or draft) and records the answer.
 """
 
 from __future__ import annotations
