@@ -9,7 +9,6 @@ candidate through graph budget, confirmation and correctness.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

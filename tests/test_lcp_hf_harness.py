@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from phases.kit.harness import load_harness  # noqa: E402
-from phases.local_compile_perf.plan import hf_harness_ref  # noqa: E402
+from phases.local_compile_perf.start import hf_harness_ref  # noqa: E402
 from phases.local_compile_perf.work.hf_harness import parse_hf_ref, read_registry_dims, shrink_config  # noqa: E402
 from phases.local_compile_perf.work.traps import check_harness_traps  # noqa: E402
 

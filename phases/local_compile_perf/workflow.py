@@ -6,7 +6,7 @@ from typing import Any
 
 from orchestrator.workflow import PhaseSpec, Submission, Workflow
 from phases.local_compile_perf.candidates import PICK_PHASE, CandidateArgs
-from phases.local_compile_perf.plan import LcpOptions, prepare
+from phases.local_compile_perf.start import LcpOptions, prepare
 from phases.local_compile_perf.rules import RULES
 
 PACKAGE = "phases.local_compile_perf"
