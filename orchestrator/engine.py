@@ -271,6 +271,7 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple
     if interrupted:
         action = "reconcile" if callable(getattr(module, "reconcile", None)) else "rerun"
         run.append(ev.PhaseInterrupted(attempt=run.state["attempts"].get(name, 0), action=action), phase=name)
+        _clear_git_locks_of_the_dead_command(run, name)
     attempt = run.state["attempts"].get(name, 0) + 1
     run.append(ev.PhaseStarted(attempt=attempt), phase=name)
     run.flush()
@@ -291,6 +292,16 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple
         result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message}",
                              data={"error": exc.message, "code": exc.code})
     return name, attempt, result
+
+
+def _clear_git_locks_of_the_dead_command(run: OpenRun, name: str) -> None:
+    """A command killed mid-``git`` leaves ``index.lock`` behind; the redone phase's git writes would fail on it."""
+    from orchestrator.git import clear_stale_index_locks
+
+    removed = clear_stale_index_locks(run.state["target"])
+    if removed:
+        run.append(ev.NoteAdded(kind="engine", text="removed the git lock(s) the interrupted command left: "
+                                                    + ", ".join(removed)), phase=name)
 
 
 def _complete(run: OpenRun, name: str, attempt: int, result: Any) -> None:

@@ -88,3 +88,23 @@ def diff_paths(target: str | Path, diff: str) -> list[str]:
             if line.startswith(header):
                 paths.add(line[len(header):].strip().strip('"'))
     return sorted(p for p in paths if p)
+
+
+def clear_stale_index_locks(path: str | Path) -> list[str]:
+    """Remove the ``index.lock`` files a killed command left in the git dirs of ``path``; their paths.
+
+    Git writes no owner into a lock, so call this only while the run's lock is held and no
+    command of the run is alive (an interrupted phase about to be redone): a lock found then
+    was left by a git process that died mid-command, and every later git write would fail on it.
+    """
+    git_dir = Path(path) / ".git"
+    if git_dir.is_file():  # a linked worktree: ".git" names its git dir
+        git_dir = Path(path, git_dir.read_text().removeprefix("gitdir:").strip())
+    if not git_dir.is_dir():
+        return []
+    removed = []
+    for lock in (git_dir / "index.lock", *sorted(git_dir.glob("worktrees/*/index.lock"))):
+        if lock.is_file():
+            lock.unlink()
+            removed.append(str(lock))
+    return removed

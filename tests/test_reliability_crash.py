@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import git
 import pytest
 
 from orchestrator import engine
@@ -179,3 +180,21 @@ def test_concurrent_advances_act_once(tmp_path: Path) -> None:
     assert all(b"busy" in p.stderr.read() for p, c in zip(procs, codes) if c == 2)
     assert set(passed_counts(state, run_id).values()) == {1}
     assert cli("audit", run_id, state_dir=state).returncode == 0
+
+
+def test_a_git_lock_left_by_a_killed_command_is_cleared_before_the_phase_is_redone(tmp_path: Path) -> None:
+    """Seen in the survey's kill -9 test: the rerun's git writes failed on the dead command's index.lock."""
+    marker = tmp_path / "marker"
+    state, run_id = toy_run(tmp_path, "lock", worker="slow", sleep="60", marker=str(marker))
+    proc = cli_proc("advance", run_id, state_dir=state)
+    worker_pids(marker)
+    kill_group(proc)
+    lock = tmp_path / "lock-target" / ".git" / "index.lock"
+    lock.write_text("")  # git was writing the index when the command died
+    assert finishes_clean(state, run_id)
+    assert not lock.exists()
+    (note,) = [e["data"]["text"] for e in events(state, run_id)
+               if e["type"] == "note_added" and e["data"]["kind"] == "engine"]
+    assert str(lock) in note
+    repo = git.Repo(tmp_path / "lock-target")
+    repo.index.add(["a.txt"])  # git writes work again
