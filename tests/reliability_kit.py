@@ -19,10 +19,18 @@ from tests.conftest import ROOT
 
 
 def cli_proc(*args: str, state_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """The CLI as a background process in its own session (so a test can signal it alone)."""
+    """The CLI as a background process in its own session (so a test can signal it alone).
+
+    It starts with SIGINT at its default, as from a terminal: a test runner launched as a
+    background job of a non-interactive shell ignores SIGINT, and a child inherits that.
+    """
     return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args, "--state-dir", str(state_dir)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env=env)
+                            env=env, preexec_fn=_sigint_default)
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_bytes(*args: bytes | str, env: dict[str, str] | None = None, stdin: bytes = b"") -> subprocess.CompletedProcess:
