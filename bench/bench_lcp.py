@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # NOTE: the phases package, when run as `python bench/bench_lcp.py`
 SHIPPED = {
     "norm-rope-cat": "MLA q/k glue in one region",
     "narrow-scores": "routing weights on the narrow SwiGLU output",
@@ -146,15 +147,14 @@ def replay_rewrites(target: Path, names: list[str], *, branch: str, scratch_name
     """Point ``branch`` of the ``target`` repo at main plus ``candidate/<name>`` cherry-picked in order."""
     import git
 
+    from phases.local_compile_perf.workspace import replay
+
     repo = git.Repo(target)
     scratch = target.with_name(scratch_name)
     repo.git.worktree("add", "--detach", str(scratch), "main")
     try:
         tree = git.Repo(scratch)
-        who = {"GIT_COMMITTER_NAME": "bench_lcp", "GIT_COMMITTER_EMAIL": "bench@localhost"}
-        with tree.git.custom_environment(**who):
-            for name in names:
-                tree.git.cherry_pick(f"candidate/{name}")
+        replay(tree, [f"candidate/{name}" for name in names])
         repo.git.branch("-f", branch, tree.head.commit.hexsha)
     finally:
         repo.git.worktree("remove", "--force", str(scratch))

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from phases.kit.harness import TimingKnobs  # noqa: E402
-from phases.kit.records import GLUE_EXCLUDED  # noqa: E402
+from phases.kit.records import GLUE_EXCLUDED, KernelTable  # noqa: E402
 from phases.local_compile_perf.work.measure_trees import RESULT_PREFIX, TreeRequest  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def measure(name: str, checkout: Path, tree: str, *, tokens: tuple[int, ...], ti
 
 def glue_ms(result: dict) -> float:
     """Glue ms per step, from the family sums (the table's rows are only its largest kernels)."""
-    return sum(f["ms_per_step"] for f in result["kernels"]["families"] if f["family"] not in GLUE_EXCLUDED)
+    return KernelTable.model_validate(result["kernels"]).glue_ms_per_step
 
 
 def glue_rows(result: dict) -> dict[str, float]:

@@ -24,7 +24,7 @@ from phases.local_compile_perf.confirmed import build_cells, measured, record_ce
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.stack import add_detached_worktree, declared_regions, remove_worktree
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workspace import BOT
+from phases.local_compile_perf.workspace import replay
 
 CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
 BASE = "before"
@@ -46,10 +46,7 @@ def prefix_checkouts(target: Path, entry: dict[str, Any], root: Path) -> list[tu
     made = [(BASE, add_detached_worktree(target, entry["parent"], root / "prefix-0"), "the stack before the entry")]
     for k, commit in enumerate(commits, start=1):
         path = add_detached_worktree(target, entry["parent"], root / f"prefix-{k}")
-        tree = git.Repo(path)
-        with tree.git.custom_environment(GIT_COMMITTER_NAME=BOT.name, GIT_COMMITTER_EMAIL=BOT.email):
-            for earlier in commits[:k]:
-                tree.git.cherry_pick(earlier.hexsha)
+        replay(git.Repo(path), [earlier.hexsha for earlier in commits[:k]])
         made.append((f"+{k}", path, commit.message.splitlines()[0]))
     return made
 

@@ -187,9 +187,7 @@ def _commit_candidate(repo: git.Repo, candidate: Candidate, branches: dict[str, 
     """Add ``candidate`` as one commit on its branch (on ``main`` plus its ``after`` tips); back on main after."""
     repo.git.checkout("-b", candidate.meta.branch, "main")
     try:
-        for dep in candidate.meta.after:
-            with repo.git.custom_environment(GIT_COMMITTER_NAME=BOT.name, GIT_COMMITTER_EMAIL=BOT.email):
-                repo.git.cherry_pick(branches[dep])
+        replay(repo, [branches[dep] for dep in candidate.meta.after])
         repo.git.apply(str(candidate.diff))
         repo.index.add(list(candidate.meta.files))
         repo.index.commit(
@@ -199,6 +197,13 @@ def _commit_candidate(repo: git.Repo, candidate: Candidate, branches: dict[str, 
         )
     finally:
         repo.git.checkout("main")
+
+
+def replay(repo: git.Repo, commits: list[str]) -> None:
+    """Cherry-pick ``commits`` in order onto the checked-out HEAD, committed by the bot (no git identity needed)."""
+    with repo.git.custom_environment(GIT_COMMITTER_NAME=BOT.name, GIT_COMMITTER_EMAIL=BOT.email):
+        for commit in commits:
+            repo.git.cherry_pick(commit)
 
 
 def _pattern_note(pattern: int | None) -> str:
