@@ -10,8 +10,13 @@ healthy models report negative KLs). Two figures say how much to trust the tier:
 - ``kl_other_kernel``: the same KL with HF's experts on the other kernel choice (``eager``
   for ``grouped_mm`` and back), where the model's experts take a settable implementation;
   ``None`` where they do not (``other_kernel`` says which ran, or why none).
+- ``split``: how many tokens carry the gap (per-token relative error at least 10x the median) and
+  the KL without them. A few such tokens are tokens routed to different experts on each side
+  (a near-tie in the router), and a one-ulp change flips them: the spread is then their flip.
 A tier that KL +- spread crosses is ``edge`` ("PASS|WARN"): the workflow then takes the safe
-side (gap analysis runs). Thresholds and the verdict formula stay those of ``numerics``.
+side (gap analysis runs). When a few outlier tokens carry the KL, there is no edge: the tier is
+the KL's own, and the split says which tokens make it. Thresholds and the verdict formula stay
+those of ``numerics``.
 """
 
 from __future__ import annotations
@@ -42,8 +47,25 @@ def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *,
     if spread is not None:
         low, high = classify_kl(kl - spread), classify_kl(kl + spread)
         edge = f"{low}|{high}" if low != high else None
+    split = token_split(hf_out, tt_out)
+    if edge and split["outlier_tokens"]:
+        edge = None  # the spread is a few tokens' routing flip, not noise around one tier
     return {"kl_fp64": kl_fp64(hf_out, tt_out), "kl_perturbed": kl_moved, "spread": spread, "edge": edge,
-            **other_kernel_kl(site, x, tt_out)}
+            "split": split, **other_kernel_kl(site, x, tt_out)}
+
+
+OUTLIER_FACTOR = 10.0
+
+
+def token_split(hf_out: Any, tt_out: Any) -> dict[str, Any]:
+    """Tokens whose relative error is >= 10x the median (and above 1e-3), and the KL of the others."""
+    hf = hf_out.double().reshape(-1, hf_out.shape[-1])
+    tt = tt_out.double().reshape(-1, tt_out.shape[-1])
+    err = (hf - tt).norm(dim=-1) / hf.norm(dim=-1).clamp_min(1e-30)
+    outliers = (err >= OUTLIER_FACTOR * err.median()) & (err > 1e-3)
+    kept = ~outliers
+    rest = kl_fp64(hf[kept], tt[kept]) if bool(outliers.any()) and bool(kept.any()) else None
+    return {"tokens": int(err.numel()), "outlier_tokens": int(outliers.sum()), "kl_without_outliers": rest}
 
 
 OTHER_KERNEL = {"grouped_mm": "eager", "eager": "grouped_mm"}

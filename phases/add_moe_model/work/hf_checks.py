@@ -41,19 +41,25 @@ def resolve_router(block: Any) -> Any | None:
     return getattr(block, "gate", None) or getattr(block, "router", None)
 
 
-def check_moe_site(attr: str | None, *, target_attr: str | None) -> list[CompatIssue]:
-    """Experts not under ``mlp`` (and not layer-level) are invisible to the target."""
-    if attr in (None, "mlp", "<layer>"):
+def check_moe_site(attr: str | None, *, target_attrs: dict[str, str | None]) -> list[CompatIssue]:
+    """The target must find the MoE where it is: every ``_get_moe_attr_name`` of the target must name ``attr``.
+
+    ``target_attrs`` maps each of the target's files to what its ``_get_moe_attr_name`` returned for the
+    layer (None when it returned None or raised), so the finding clears as soon as the target's own code
+    finds the block, whatever the fix looks like.
+    """
+    if attr in (None, "<layer>"):
         return []
+    wrong = {path: found for path, found in target_attrs.items() if found != attr}
+    if not wrong:
+        return []
+    said = "; ".join(f"{path} _get_moe_attr_name gives {found!r}" for path, found in wrong.items())
     return [
         CompatIssue(
             code="moe_attr_not_mlp",
-            message=(
-                f"the MoE block lives at layer.{attr}, but the target's model.py "
-                f"_get_moe_attr_name returns {target_attr!r}, so the layer is not detected as MoE "
-                "and keeps HF's experts"
-            ),
-            fix_location=f"{MODEL_PY} (_get_moe_attr_name, accessors) and {MOE_REPLACEMENT} (_get_moe_attr_name)",
+            message=f"the MoE block lives at layer.{attr}, but {said}, so the layer is not detected as MoE "
+                    "and keeps HF's experts",
+            fix_location=" and ".join(f"{path} (_get_moe_attr_name)" for path in wrong),
             severity="fixable",
         )
     ]
@@ -160,38 +166,62 @@ def check_experts(experts: Any, config: Any) -> list[CompatIssue]:
             )
         ]
     return [
-        *_check_expert_layout(experts, hidden=int(config.hidden_size)),
+        *_check_gate_up_interleaved(experts),
         *_check_expert_bias(experts),
         *_check_expert_activation(experts, config),
     ]
 
 
-def _check_expert_layout(experts: Any, *, hidden: int) -> list[CompatIssue]:
-    issues = []
+def hf_experts_transposed(experts: Any, *, hidden: int) -> bool:
+    """HF stores ``gate_up_proj`` as (E, H, 2I) (the layout grouped_mm consumes) instead of (E, 2I, H)."""
     gate_up = getattr(experts, "gate_up_proj", None)
-    if gate_up is not None and gate_up.shape[1] == hidden and gate_up.shape[2] != hidden:
-        issues.append(
-            CompatIssue(
-                code="experts_transposed",
-                message=f"{type(experts).__name__}.gate_up_proj is (E, H, 2I) = {tuple(gate_up.shape)}; "
-                        "Titan expects (E, 2I, H)",
-                fix_location=f"{STATE_DICT_ADAPTER} (transpose in hf_to_titan_moe_state_dict) and "
-                             f"{MOE_REPLACEMENT} (layout detection)",
-                severity="fixable",
-            )
+    return gate_up is not None and gate_up.shape[1] == hidden and gate_up.shape[2] != hidden
+
+
+def check_expert_layout(experts: Any, *, hidden: int, strict: Any,
+                        probed_intermediate: int | None) -> list[CompatIssue]:
+    """Transposed experts, judged on what the target does with them.
+
+    HF's layout alone is no finding: it is one while the target's conversion does not fit Titan's
+    experts (the strict load's shapes) or the target's probe reads the wrong intermediate size.
+    """
+    if not hf_experts_transposed(experts, hidden=hidden):
+        return []
+    real = int(experts.gate_up_proj.shape[2]) // 2
+    shape_ok = not strict.shape_mismatch and strict.verdict == "PASS"
+    if shape_ok and probed_intermediate == real:
+        return []
+    wrong = []
+    if probed_intermediate != real:
+        wrong.append(f"the target's probe reads moe_intermediate_size {probed_intermediate}, HF's experts have {real}")
+    if not shape_ok:
+        wrong.append("the converted experts do not load into Titan's (strict load "
+                     f"{strict.verdict}{': ' + '; '.join(strict.shape_mismatch[:2]) if strict.shape_mismatch else ''})")
+    return [
+        CompatIssue(
+            code="experts_transposed",
+            message=f"{type(experts).__name__}.gate_up_proj is (E, H, 2I) = {tuple(experts.gate_up_proj.shape)}; "
+                    f"Titan expects (E, 2I, H), and {'; '.join(wrong)}",
+            fix_location=f"{STATE_DICT_ADAPTER} (transpose in hf_to_titan_moe_state_dict and back in "
+                         f"titan_to_hf_moe_state_dict) and {MOE_REPLACEMENT} (_probe_hf_moe_block: intermediate size)",
+            severity="fixable",
         )
-    if re.search(r"\[\s*\.\.\.\s*,\s*(0|1)?::2\s*\]", _class_source(type(experts))):
-        issues.append(
-            CompatIssue(
-                code="gate_up_interleaved",
-                message=f"{type(experts).__name__} splits gate_up_proj as interleaved columns (::2), "
-                        "the adapter splits it in halves",
-                fix_location=f"{STATE_DICT_ADAPTER} (de-interleave in hf_to_titan_moe_state_dict / "
-                             "re-interleave in titan_to_hf_moe_state_dict)",
-                severity="fixable",
-            )
+    ]
+
+
+def _check_gate_up_interleaved(experts: Any) -> list[CompatIssue]:
+    if not re.search(r"\[\s*\.\.\.\s*,\s*(0|1)?::2\s*\]", _class_source(type(experts))):
+        return []
+    return [
+        CompatIssue(
+            code="gate_up_interleaved",
+            message=f"{type(experts).__name__} splits gate_up_proj as interleaved columns (::2), "
+                    "the adapter splits it in halves",
+            fix_location=f"{STATE_DICT_ADAPTER} (de-interleave in hf_to_titan_moe_state_dict / "
+                         "re-interleave in titan_to_hf_moe_state_dict)",
+            severity="fixable",
         )
-    return issues
+    ]
 
 
 def _check_expert_bias(experts: Any) -> list[CompatIssue]:

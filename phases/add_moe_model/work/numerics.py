@@ -81,6 +81,9 @@ class CompareResult(BaseModel):
     load: LoadReport = Field(default_factory=LoadReport)
     error: str | None = None
     error_type: str | None = None
+    error_origin: str | None = None
+    """Whose frame raised (work/error_origin.py): transformers, target, orchestrator, torch, other."""
+    error_frame: str | None = None
     hf_experts_impl: str = ""
     moe_kind: str = ""
     moe_layout: str = ""
@@ -149,7 +152,10 @@ def describe_error(exc: BaseException) -> str:
 
 def _error_result(base: dict[str, Any], dtype: str, exc: BaseException, *, roundtrip: RoundTrip) -> CompareResult:
     fields = {**base, "dtype": dtype, "status": "ERROR", "roundtrip": roundtrip}
-    fields.update(error=describe_error(exc), error_type=type(exc).__name__)
+    from phases.add_moe_model.work.error_origin import error_origin
+
+    origin, frame = error_origin(exc)
+    fields.update(error=describe_error(exc), error_type=type(exc).__name__, error_origin=origin, error_frame=frame)
     return CompareResult(**fields)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
 from phases.add_moe_model.model_source import ModelSource
-from phases.add_moe_model.work import hf_checks, sharding_checks, state_dict_checks
+from phases.add_moe_model.work import hf_checks, semantic_checks, sharding_checks, state_dict_checks
 from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error, read_field
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
@@ -47,21 +47,24 @@ def run_probe(source: ModelSource) -> CompatReport:
     predicted = predict_moe_layers(config)
     report("building the HF model on meta", layers=(predicted[0] + 1) if predicted else config.num_hidden_layers)
     model, built = _build_meta_model(config, predicted)
-    scan = _scan_layers(model, target["model"])
+    scan = _scan_layers(model, target)
     if not any(r["attr"] for r in scan) and built < min(int(config.num_hidden_layers), WIDER_BUILD):
         # NOTE: the config's mechanism may be one layers.py does not know (jamba's expert_layer_period):
         # the evidence is the built layers, so build more of them before calling the model dense.
         predicted = []
         model, built = _build_meta_model(build_truncated_config(config, num_layers=WIDER_BUILD), [])
-        scan = _scan_layers(model, target["model"])
+        scan = _scan_layers(model, target)
         predicted = [r["index"] for r in scan if r["attr"] is not None]
     clock.lap("meta_build")
     issues, notes = _check_layer_plan(scan, predicted, built=built)
     moe = _probe_first_moe(scan, config, target, issues)
     clock.lap("moe_probe")
     issues += _check_sharding(model, scan, target["sharding"], notes)
-    roundtrip, strict = _check_state_dicts(model, config, moe, target, issues)
+    tiny = _tiny_model(config, moe)
+    roundtrip, strict = _check_state_dicts(model, config, moe, target, issues, tiny=tiny)
     clock.lap("state_dicts")
+    issues += _judge_on_target(config, moe, strict, target, tiny, notes)
+    clock.lap("semantics")
     return _assemble(
         source, config=config, predicted=predicted, scan=scan, moe=moe, issues=issues, notes=notes,
         roundtrip=roundtrip, strict=strict, timings=timings, target=target, built=built,
@@ -102,14 +105,24 @@ def _build_meta_model(config: Any, predicted: list[int]) -> tuple[Any, int]:
         raise_build_error(config, exc)
 
 
-def _scan_layers(model: Any, target_model: Any) -> list[dict[str, Any]]:
-    """Per built layer: where its MoE is (our scan) and what the target's detection says."""
+def _scan_layers(model: Any, target: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per built layer: where its MoE is (our scan) and where each of the target's detections looks."""
     rows = []
     for index, layer in enumerate(model.model.layers):
         attr, block = hf_checks.probe_moe_site(layer)
-        target_attr = target_model._get_moe_attr_name(layer)
-        rows.append({"index": index, "layer": layer, "attr": attr, "block": block, "target_attr": target_attr})
+        target_attrs = {path: _target_moe_attr(target[key], layer)
+                        for key, path in (("model", hf_checks.MODEL_PY), ("moe", hf_checks.MOE_REPLACEMENT))
+                        if hasattr(target[key], "_get_moe_attr_name")}
+        rows.append({"index": index, "layer": layer, "attr": attr, "block": block, "target_attrs": target_attrs})
     return rows
+
+
+def _target_moe_attr(module: Any, layer: Any) -> str | None:
+    """What one of the target's ``_get_moe_attr_name`` says for ``layer`` (None when it raises)."""
+    try:
+        return module._get_moe_attr_name(layer)
+    except (AttributeError, ValueError, KeyError):
+        return None
 
 
 def _check_layer_plan(scan: list[dict], predicted: list[int], *, built: int) -> tuple[list[CompatIssue], list[str]]:
@@ -130,7 +143,7 @@ def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[C
     row = next((r for r in scan if r["attr"] is not None), None)
     if row is None:
         return {"row": None, "params": None}
-    issues += hf_checks.check_moe_site(row["attr"], target_attr=row["target_attr"])
+    issues += hf_checks.check_moe_site(row["attr"], target_attrs=row["target_attrs"])
     block, layer_level = row["block"], row["attr"] == "<layer>"
     router = hf_checks.resolve_router(block)
     issues += hf_checks.check_experts(block.experts, config)
@@ -168,9 +181,9 @@ def _check_sharding(model: Any, scan: list[dict], sharding: Any, notes: list[str
 
 
 def _check_state_dicts(model: Any, config: Any, moe: dict, target: dict,
-                       issues: list[CompatIssue]) -> tuple[KeyCheck, KeyCheck]:
+                       issues: list[CompatIssue], *, tiny: Any) -> tuple[KeyCheck, KeyCheck]:
     report("state-dict round trip and strict load")
-    tiny_sd = _tiny_state_dict(config, moe)
+    tiny_sd = _random_state_dict(tiny) if tiny is not None else None
     roundtrip = state_dict_checks.check_roundtrip(target["adapter"], model.state_dict(), tiny_sd=tiny_sd)
     issues += state_dict_checks.roundtrip_issues(roundtrip)
     if moe.get("params") is None:
@@ -206,20 +219,63 @@ def layout_note(moe_cls: type) -> str:
     return f"Titan MoE takes x_{found.name}: {found.evidence}"
 
 
-def _tiny_state_dict(config: Any, moe: dict) -> dict[str, Any] | None:
-    """A materialized tiny model of the same type (random values) for the value round trip."""
-    import torch
+def _tiny_model(config: Any, moe: dict) -> Any | None:
+    """A materialized tiny model of the same type (random values): the value round trip and the
+    semantic checks run on it. None when transformers cannot build one (recorded as such)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     layers = moe["row"]["index"] + 1 if moe.get("row") else 1
     kwargs = build_scaled_kwargs(config, ScalePlan(num_layers=min(layers, 2), tiny=True))
     kwargs["attn_implementation"] = "eager"
     try:
-        tiny = AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs))
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs))
     except Exception:  # noqa: BLE001 - no tiny twin means no value round trip (recorded as such), not a crash
         return None
+
+
+def _random_state_dict(tiny: Any) -> dict[str, Any]:
+    import torch
+
     torch.manual_seed(0)
     return {k: torch.randn_like(v.float()) for k, v in tiny.state_dict().items()}
+
+
+def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tiny: Any,
+                     notes: list[str]) -> list[CompatIssue]:
+    """Findings that stand only while the target's own code does the wrong thing (layout, semantics)."""
+    row = moe.get("row")
+    if row is None:
+        return []
+    probed = (moe.get("params") or {}).get("moe_intermediate_size")
+    issues = hf_checks.check_expert_layout(row["block"].experts, hidden=int(config.hidden_size), strict=strict,
+                                           probed_intermediate=probed)
+    if moe.get("layer_level") or moe.get("params") is None:
+        return issues
+    if tiny is None:
+        notes.append("semantic checks (score placement, MoE output) not run: no tiny materialized twin")
+        return issues
+    report("semantic checks on a tiny twin: score placement, MoE output")
+    try:
+        return issues + _semantic_findings(tiny, row, target)
+    except Exception as exc:  # noqa: BLE001 - the target's own code failing on the twin is reported, not hidden
+        notes.append(f"semantic checks not run: the target raised on the tiny twin: {type(exc).__name__}: {exc}"[:600])
+        return issues
+
+
+def _semantic_findings(tiny: Any, row: dict, target: dict) -> list[CompatIssue]:
+    tiny_config = tiny.config
+    tiny_config.load_balance_coeff = None
+    tiny_config.comm_backend = "standard"
+    layer = tiny.model.layers[row["index"]]
+    attr, block = hf_checks.probe_moe_site(layer)
+    params = target["moe"]._probe_hf_moe_block(block, tiny_config)
+    moe_config = target["moe"]._build_moe_config(params, tiny_config)
+    swapped = semantic_checks.swap_like_the_target(target["moe"], layer, moe_config)
+    if swapped is None:
+        return []
+    hidden = int(tiny_config.hidden_size)
+    return [*semantic_checks.check_score_placement(block, swapped),
+            *semantic_checks.check_output_contract(block, swapped, hidden=hidden)]
 
 
 def _dedupe(issues: list[CompatIssue]) -> list[CompatIssue]:

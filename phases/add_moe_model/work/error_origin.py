@@ -1,0 +1,42 @@
+"""Whose code raised an exception: the frame that decides who can fix it.
+
+torch's own Python frames are passed over (they report a misuse by their caller), so
+the innermost frame in transformers, the target's torchtitan, or this project decides.
+A fix belongs to the agent only when that frame is the target's experiment folder.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Literal
+
+Origin = Literal["transformers", "target", "orchestrator", "torch", "other"]
+_MARKERS: tuple[tuple[str, Origin], ...] = (
+    ("/transformers/", "transformers"), ("/torchtitan/", "target"), ("/phases/", "orchestrator"),
+    ("/orchestrator/", "orchestrator"),
+)
+
+
+def error_origin(exc: BaseException) -> tuple[Origin, str]:
+    """(origin, "path:line function") of the innermost frame outside torch; ("other", "") with no frames."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    seen_torch = None
+    for frame in reversed(frames):
+        path = frame.filename.replace("\\", "/")
+        where = f"{_short(path)}:{frame.lineno} {frame.name}"
+        if "/torch/" in path:
+            seen_torch = seen_torch or where
+            continue
+        for marker, origin in _MARKERS:
+            if marker in path:
+                return origin, where
+        return "other", where
+    return ("torch", seen_torch) if seen_torch else ("other", "")
+
+
+def _short(path: str) -> str:
+    for marker in ("/transformers/", "/torchtitan/", "/phases/", "/orchestrator/", "/torch/"):
+        cut = path.rfind(marker)
+        if cut >= 0:
+            return path[cut + 1:]
+    return path.rsplit("/", 1)[-1]

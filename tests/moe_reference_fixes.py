@@ -1,0 +1,152 @@
+"""Reference fixes inside the experiment folder, written as an agent would, one per finding.
+
+Each fix edits the target's ``torchtitan/experiments/transformers_modeling_backend`` only (the
+scope an agent may write) and is the evidence that a finding labelled fixable can be cleared:
+tests/test_moe_fixability.py applies them and shows the finding gone and the run moving on.
+They target torchtitan 0.3.0's experiment folder (the embedded workspace); each replacement
+must match exactly once, so a changed upstream text fails loudly instead of fixing nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+EXP = "torchtitan/experiments/transformers_modeling_backend"
+MODEL = f"{EXP}/model.py"
+MOE = f"{EXP}/moe_replacement.py"
+ADAPTER = f"{EXP}/state_dict_adapter.py"
+
+Fix = Callable[[Path], None]
+
+
+def replace_once(target: Path, path: str, old: str, new: str) -> None:
+    file = target / path
+    text = file.read_text()
+    assert text.count(old) == 1, f"{path}: expected one match of {old[:60]!r}, found {text.count(old)}"
+    file.write_text(text.replace(old, new))
+
+
+def moe_under_feed_forward(target: Path) -> None:
+    """moe_attr_not_mlp: both detections also look under ``feed_forward`` (Llama 4, Jamba)."""
+    replace_once(target, MODEL, '    return "mlp" if hasattr(layer, "mlp") else None\n',
+                 '    if hasattr(layer, "mlp"):\n        return "mlp"\n'
+                 '    return "feed_forward" if hasattr(layer, "feed_forward") else None\n')
+    replace_once(target, MOE, '    if hasattr(layer, "mlp"):\n        return "mlp"\n',
+                 '    if hasattr(layer, "mlp"):\n        return "mlp"\n'
+                 '    if hasattr(layer, "feed_forward"):\n        return "feed_forward"\n')
+
+
+def sigmoid_router(target: Path) -> None:
+    """score_func_mismatch: Llama 4's router scores with sigmoid and has no correction bias to tell."""
+    replace_once(target, MOE, '    scoring_func = getattr(config, "scoring_func", None)\n',
+                 '    if gate is not None and type(gate).__name__ == "Llama4Router":\n'
+                 '        return "sigmoid"\n\n'
+                 '    scoring_func = getattr(config, "scoring_func", None)\n')
+
+
+TRANSPOSED_HELPERS = '''
+_TRANSPOSED_EXPERT_PREFIXES: set[str] = set()
+
+
+def _transposed_expert_prefixes(state_dict: dict[str, torch.Tensor]) -> set[str]:
+    """Prefixes whose experts are stored (E, H, 2I) / (E, I, H), the layout grouped_mm takes (Aria, Llama 4)."""
+    found = set()
+    for key, gate_up in state_dict.items():
+        if key.endswith(".experts.gate_up_proj"):
+            prefix = key[: -len("experts.gate_up_proj")]
+            down = state_dict.get(f"{prefix}experts.down_proj")
+            if down is not None and down.shape[1] * 2 == gate_up.shape[2] and down.shape[2] == gate_up.shape[1]:
+                found.add(prefix)
+    _TRANSPOSED_EXPERT_PREFIXES.update(found)
+    return found
+
+
+def hf_to_titan_moe_state_dict(
+'''
+
+
+def transposed_experts(target: Path) -> None:
+    """experts_transposed (and the strict load it breaks): transpose both ways, read I from dim 2."""
+    replace_once(target, ADAPTER, "\n\ndef hf_to_titan_moe_state_dict(\n", "\n" + TRANSPOSED_HELPERS)
+    replace_once(target, ADAPTER, "    titan_state_dict = {}\n\n    for key, value in hf_state_dict.items():\n",
+                 "    titan_state_dict = {}\n    transposed = _transposed_expert_prefixes(hf_state_dict)\n\n"
+                 "    for key, value in hf_state_dict.items():\n"
+                 "        if key.endswith(('.experts.gate_up_proj', '.experts.down_proj')) and \\\n"
+                 "                key.rsplit('experts.', 1)[0] in transposed:\n"
+                 "            value = value.transpose(1, 2)\n")
+    replace_once(target, ADAPTER, "            hf_state_dict[hf_key] = fused_value\n",
+                 "            if prefix in _TRANSPOSED_EXPERT_PREFIXES:\n"
+                 "                fused_value = fused_value.transpose(1, 2)\n"
+                 "            hf_state_dict[hf_key] = fused_value\n")
+    replace_once(target, ADAPTER, "            hf_state_dict[key] = value\n\n    return hf_state_dict\n",
+                 "            hf_state_dict[key] = value\n\n"
+                 "    for prefix in _TRANSPOSED_EXPERT_PREFIXES:\n"
+                 "        down = f'{prefix}experts.down_proj'\n"
+                 "        if down in hf_state_dict:\n"
+                 "            hf_state_dict[down] = hf_state_dict[down].transpose(1, 2)\n"
+                 "    return hf_state_dict\n")
+    replace_once(target, MOE, "    if hasattr(experts, \"gate_up_proj\"):\n"
+                 "        moe_intermediate_size = experts.gate_up_proj.shape[1] // 2\n",
+                 "    if hasattr(experts, \"gate_up_proj\"):\n"
+                 "        shape = experts.gate_up_proj.shape\n"
+                 "        moe_intermediate_size = (shape[2] if shape[1] == dim else shape[1]) // 2\n")
+
+
+SCORE_DISPATCHER = '''
+
+class _ScoreBeforeExpertsDispatcher(LocalTokenDispatcher):
+    """Scale each routed token by its score before the experts (Llama 4), not their outputs at combine."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(LocalTokenDispatcher.Config):
+        pass
+
+    def dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E):
+        routed, counts, meta = super().dispatch(x_TD, topk_scores_TK, topk_expert_ids_TK,
+                                                num_local_tokens_per_expert_E)
+        scores = meta.topk_scores_experts_sorted_N
+        routed = (routed.to(torch.float32) * scores.reshape(-1, 1)).to(routed.dtype)
+        return routed, counts, dataclasses.replace(meta, topk_scores_experts_sorted_N=torch.ones_like(scores))
+'''
+
+TUPLE_MOE = '''
+
+class _HFTupleMoE(_HFContiguousMoE):
+    """Llama 4's decoder layer unpacks (hidden_states, router_logits) from its MoE."""
+
+    def forward(self, hidden_states: torch.Tensor):
+        return super().forward(hidden_states), None
+'''
+PHASE_1 = "\n\n# " + "-" * 75 + "\n# Phase 1 — config preparation"
+
+
+def score_before_experts(target: Path) -> None:
+    """router_score_before_experts: a dispatcher in the experiment folder scales the routed input."""
+    replace_once(target, MOE, PHASE_1, SCORE_DISPATCHER + PHASE_1)
+    replace_once(target, MOE, "    shared_experts = None\n    shared_info = params[\"shared_expert_info\"]\n",
+                 "    if getattr(config, \"model_type\", \"\").startswith(\"llama4\"):\n"
+                 "        routed_experts.token_dispatcher = _ScoreBeforeExpertsDispatcher.Config(\n"
+                 "            num_experts=params[\"num_experts\"], top_k=params[\"top_k\"])\n\n"
+                 "    shared_experts = None\n    shared_info = params[\"shared_expert_info\"]\n")
+    replace_once(target, MOE, "\nfrom functools import partial\n",
+                 "\nimport dataclasses\nfrom dataclasses import dataclass\nfrom functools import partial\n"
+                 "\nfrom torchtitan.models.common.token_dispatcher import LocalTokenDispatcher\n")
+
+
+def tuple_output(target: Path) -> None:
+    """moe_output_contract: the module swapped into a Llama 4 layer returns the tuple the layer unpacks."""
+    replace_once(target, MOE, PHASE_1, TUPLE_MOE + PHASE_1)
+    replace_once(target, MOE, "        native_moe.__class__ = _HFContiguousMoE\n",
+                 "        native_moe.__class__ = _HFTupleMoE if getattr(layer, \"is_moe_layer\", False) "
+                 "else _HFContiguousMoE\n")
+
+
+LLAMA4: tuple[Fix, ...] = (moe_under_feed_forward, sigmoid_router, transposed_experts, score_before_experts,
+                           tuple_output)
+ARIA: tuple[Fix, ...] = (transposed_experts,)
+
+
+def apply(target: Path, fixes: tuple[Fix, ...]) -> None:
+    for fix in fixes:
+        fix(target)
