@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.waivers import parse_key
 from orchestrator.workflow import DONE
 
 
@@ -32,6 +33,10 @@ class _Walk:
     pending: dict[str, bool] = field(default_factory=dict)
     """Pending question key -> human_only."""
     any_phase_ran: bool = False
+    findings: dict[str, set[str]] = field(default_factory=dict)
+    """Phase -> finding codes of its latest completion."""
+    waived: set[tuple[str, str]] = field(default_factory=set)
+    """(phase, code) a person waived."""
 
 
 def check_meaning(events: list[dict[str, Any]], workflow: Any) -> list[tuple[int | None, str]]:
@@ -83,7 +88,10 @@ def _phase_completed(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[
         return [f"{key[0]!r} attempt {key[1]} completed without being started (open: {walk.open_attempt})"]
     walk.open_attempt = None
     walk.passed_route = event["data"].get("route", "next") if event["data"]["outcome"] == "passed" else None
-    return []
+    walk.findings[key[0]] = {issue["code"] for issue in event["data"].get("issues", [])}
+    unwaived = sorted(code for code in event["data"].get("data", {}).get("waived", {})
+                      if (key[0], code) not in walk.waived)
+    return [f"{key[0]!r} completed with {unwaived} waived, but no person waived them"] if unwaived else []
 
 
 def _transition_taken(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
@@ -112,6 +120,9 @@ def _question_asked(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[s
 
 def _answer_accepted(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:
     key, actor = event["data"]["key"], event["actor"]
+    waiver = parse_key(key)
+    if waiver is not None:
+        return _waiver(walk, waiver, event)
     if key in walk.pending:
         human_only = walk.pending.pop(key)
         if human_only and actor != "human":
@@ -120,6 +131,19 @@ def _answer_accepted(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[
     if not walk.any_phase_ran and actor == "human":
         return []  # a person's start option (e.g. --branch) answering the question ahead of time
     return [f"answer {key!r} by {actor} to a question nobody asked (a pre-answer)"]
+
+
+def _waiver(walk: _Walk, waiver: tuple[str, str], event: dict[str, Any]) -> list[str]:
+    phase, code = waiver
+    problems = []
+    if event["actor"] != "human":
+        problems.append(f"finding {code!r} of {phase!r} waived by {event['actor']} (only a person may waive)")
+    if not str(event["data"].get("value", "")).strip():
+        problems.append(f"finding {code!r} of {phase!r} waived without a reason")
+    if phase != walk.phase or code not in walk.findings.get(phase, set()):
+        problems.append(f"waiver of {code!r} in {phase!r}, which is not a finding of the phase the run is in")
+    walk.waived.add((phase, code))
+    return problems
 
 
 def _run_finished(walk: _Walk, event: dict[str, Any], workflow: Any) -> list[str]:

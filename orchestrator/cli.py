@@ -225,8 +225,12 @@ def advance_cmd(settings: _Settings, run_id: str, max_phases: int | None) -> int
 @click.option("--answer", "answers", multiple=True, metavar="KEY=VALUE", help="Answer a pending question.")
 @click.option("--results", metavar="DIR", default=None,
               help="Hand back the current phase's work run elsewhere (e.g. a job's logs).")
-def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], results: str | None) -> int:
-    """Answer pending questions of RUN (validated first), hand back results, then advance."""
+@click.option("--waive", "waive", multiple=True, metavar="CODE",
+              help="Waive a finding of the current phase (a person's call, recorded; needs --reason).")
+@click.option("--reason", default=None, metavar="TEXT", help="Why the waived finding does not block the run.")
+def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], results: str | None,
+               waive: tuple[str, ...], reason: str | None) -> int:
+    """Answer pending questions of RUN (validated first), waive findings, hand back results, then advance."""
     from orchestrator import engine
 
     parsed = {}
@@ -235,8 +239,11 @@ def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], resul
         if not sep or not key:
             raise UsageError(f"--answer {item!r} must look like KEY=VALUE")
         parsed[key.strip()] = value
+    if waive and not (reason or "").strip():
+        raise UsageError("--waive needs --reason TEXT: a waiver says why the finding does not block the run")
     outcome = engine.resume(run_id, parsed, store=settings.store(), progress=settings.progress(),
-                            results=Path(results) if results else None)
+                            results=Path(results) if results else None,
+                            waivers={code: reason or "" for code in waive})
     return print_outcome(settings, outcome)
 
 

@@ -22,6 +22,7 @@ from orchestrator.answers import validate_answer
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunFinished, UsageError, WorkerFailed
 from orchestrator.snapshot import TERMINAL, exit_code_for
 from orchestrator.store import OpenRun, RunStore, new_run_id
+from orchestrator.waivers import apply_waivers, validate_waiver, waived_codes
 from orchestrator.workflow import DONE, Workflow, load_workflow
 
 Progress = Callable[[str], None]
@@ -106,26 +107,39 @@ def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None
 
 def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str = "human",
            tool_call_id: str | None = None, progress: Progress = lambda _: None,
-           advance_after: bool = True, results: Path | None = None) -> Outcome:
+           advance_after: bool = True, results: Path | None = None,
+           waivers: dict[str, str] | None = None) -> Outcome:
     """Validate every answer first (nothing written if one is bad), record them, advance.
 
     ``results``: a directory of the current phase's work run elsewhere, read by the phase's
     ``results`` hook; what it yields is recorded as the human's before the answers.
+    ``waivers``: finding code -> reason, a person's waivers of the current phase's findings.
     """
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
         handback = read_results(run.state, results) if results is not None else None
         answers = {**(handback.answers if handback else {}), **answers}
         parsed = {key: validate_answer(run.state, key, value, actor=actor) for key, value in answers.items()}
+        parsed.update({validate_waiver(run.state, code, reason, actor=actor): reason
+                       for code, reason in (waivers or {}).items()})
         if handback is not None:
             record_handback(run, handback, templates=load_workflow(run.state["workflow"]).templates)
+        only_agent_questions = bool(parsed) and set(parsed) <= set(run.state["agent_asked"])
         run.append_many([ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id)
                          for key, value in parsed.items()], actor=actor, phase=run.state["phase"])
         run.flush()
-        if not advance_after:
-            return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
+        if not advance_after or only_agent_questions:
+            messages = (_AGENT_QUESTION_ONLY.format(run_id=run_id),) if only_agent_questions else ()
+            return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state), messages=messages)
         workflow = load_workflow(run.state["workflow"])
         return drive_open_run(run, workflow, progress=progress, max_phases=None)
+
+
+_AGENT_QUESTION_ONLY = (
+    "answer recorded for the agent; the engine cannot act on an agent's question, so nothing was re-run. "
+    "A person can waive a finding (`orchestrator resume {run_id} --waive CODE --reason TEXT`) or stop the run "
+    "(`orchestrator abort {run_id} --reason TEXT`)"
+)
 
 
 def read_results(state: dict[str, Any], directory: Path) -> Any:
@@ -233,6 +247,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
         if max_phases is not None and done >= max_phases:
             break
         name, attempt, result = _run_phase(run, workflow, progress=progress)
+        result = apply_waivers(result, waived_codes(run.state, name))
         done += 1
         with run.atomic():  # completion, questions and transition land in one write, or none does
             _complete(run, name, attempt, result)

@@ -55,6 +55,8 @@ class NumericsTable(BaseModel):
     diagnostic_dtype: str = DIAGNOSTIC_DTYPE
     firmness_rows: list[Any] = Field(default_factory=list)
     all_passed: bool
+    verdict_line: str = ""
+    """The closing line, in the verdict's own words: PASS, WARN (gap analysis follows) or FAILED."""
     notes: list[str] = Field(default_factory=list)
 
 
@@ -120,7 +122,19 @@ def build_table(results: list[Any]) -> NumericsTable:
     first = results[0]
     return NumericsTable(device=first.device, seed=first.seed, verdict_rows=verdict,
                          diagnostic_rows=diagnostic, firmness_rows=[r for r in results if r.firmness],
-                         all_passed=not failed, notes=notes)
+                         all_passed=not failed, verdict_line=verdict_line(verdict), notes=notes)
+
+
+def verdict_line(verdict: list[Any]) -> str:
+    """One closing line that never says more than the rows above it."""
+    failed = [r.model_type for r in verdict if r.status in ("FAIL", "ERROR") or r.roundtrip.status != "PASS"]
+    if failed:
+        return f"Some models FAILED ({', '.join(failed)}) — see above."
+    warned = [r.model_type for r in verdict if r.status != "PASS" or (r.firmness or {}).get("edge")]
+    if warned:
+        return (f"No model failed; {', '.join(warned)} did not PASS outright (WARN or at the edge): "
+                "gap analysis follows.")
+    return "All models passed numerical equivalence."
 
 
 def record_metrics(ctx: PhaseContext, result: Any) -> None:
@@ -147,7 +161,10 @@ def decide(results: list[Any]) -> PhaseResult:
     if any(i.code in UNKNOWN_TARGET.values() for i in issues):
         return PhaseResult(outcome="failed", summary=line, data=data, issues=tuple(issues))
     if issues:
-        return PhaseResult(outcome="needs_agent", summary=line, data=data, issues=tuple(issues))
+        # NOTE: route "pass": a person who waives every finding sends the run on to parallelism, not gap analysis.
+        human = any(i.code in NOT_THE_AGENTS for i in issues)
+        return PhaseResult(outcome="needs_human" if human else "needs_agent", summary=line, data=data,
+                           issues=tuple(issues), route="pass")
     edge = (verdict.firmness or {}).get("edge")
     if verdict.status == "PASS" and not edge:
         return PhaseResult(outcome="passed", summary=line, data=data, route="pass")
@@ -171,10 +188,20 @@ def _summary_line(r: Any) -> str:
     shown = firm.get("edge") or r.status
     other = (f", {firm['other_kernel']} experts {firm['kl_other_kernel']:.2e}"
              if firm.get("kl_other_kernel") is not None else "")
-    extra = (f" (fp64 {firm['kl_fp64']:.2e}, one-ulp spread {firm['spread']:.2e}{other})"
+    extra = (f" (fp64 {firm['kl_fp64']:.2e}, one-ulp spread {firm['spread']:.2e}{other}{split_text(firm)})"
              if firm.get("spread") is not None else "")
     return (f"{shown} {r.model_type} ({r.dtype}) KL={r.kl:.2e}{extra} cos={r.cos_sim:.6f} "
             f"max_diff={r.max_diff:.2e} round-trip={r.roundtrip.status}")
+
+
+def split_text(firm: dict[str, Any]) -> str:
+    """"; 2 of 32 tokens carry it (routed differently on each side?), KL without them 3.1e-07"."""
+    split = firm.get("split") or {}
+    if not split.get("outlier_tokens"):
+        return ""
+    rest = split.get("kl_without_outliers")
+    return (f"; {split['outlier_tokens']} of {split['tokens']} tokens carry it (routed differently on each side?)"
+            + (f", KL without them {rest:.2e}" if rest is not None else ""))
 
 
 def triage(r: Any) -> list[Issue]:
@@ -192,13 +219,25 @@ def triage(r: Any) -> list[Issue]:
                             fix_location="synthetic config: first_k_dense_replace=0 / decoder_sparse_step=1 / "
                                          "mlp_layer_types=['sparse'] or more layers"))
     if r.status == "ERROR":
-        issues.append(triage_error(r.model_type, r.error_type or "", r.error or ""))
+        issues.append(triage_error(r.model_type, r.error_type or "", r.error or "", origin=r.error_origin,
+                                   frame=r.error_frame))
     return issues
 
 
-def triage_error(model_type: str, error_type: str, error: str) -> Issue:
-    """Map an exception to the skill's fix location (A.3 failure triage)."""
+# Findings whose fix is not the agent's: the phase waits for a person (waive with a reason, or abort).
+NOT_THE_AGENTS = frozenset({"raised_in_transformers"})
+
+
+def triage_error(model_type: str, error_type: str, error: str, *, origin: str | None = None,
+                 frame: str | None = None) -> Issue:
+    """Map an exception to the skill's fix location (A.3 failure triage), by whose code raised it first."""
     text = error.lower()
+    if origin == "transformers":
+        return Issue(code="raised_in_transformers", message=f"{model_type}: {error}",
+                     fix_location=f"transformers ({frame}), HF's own modeling code that the comparison runs "
+                                  "unmodified: outside the experiment folder. A person decides: waive with a reason "
+                                  "(`orchestrator resume RUN --waive raised_in_transformers --reason TEXT`), report "
+                                  "it upstream, or abort")
     if error_type == "ValueError" and ("_probe" in text or "moe_replacement" in text or "_resolve" in text):
         return Issue(code="probe_value_error", message=f"{model_type}: {error}",
                      fix_location="synthetic config entry (Phase 2); probe in moe_replacement.py")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.git import changed_paths, open_repo
+from orchestrator.waivers import waived_codes
 from orchestrator.workflow import Violation
 from phases.add_moe_model.forbidden import check_files_for_forbidden_calls
 from phases.add_moe_model.workspace import EXP
@@ -23,10 +24,13 @@ def preflight_answered(state: dict[str, Any]) -> list[str]:
 
 def probe_clean(state: dict[str, Any]) -> list[str]:
     report = state["results"].get("probe", {})
+    waived = waived_codes(state, "probe")
     reasons = []
-    if report.get("state_dict_roundtrip") != "PASS":
+    roundtrip_waived = {"roundtrip_failed", "state_dict_check_failed"} & set(waived)
+    if report.get("state_dict_roundtrip") != "PASS" and not roundtrip_waived:
         reasons.append(f"state-dict round trip is {report.get('state_dict_roundtrip')}")
-    fixable = [i["code"] for i in report.get("issues", []) if i.get("severity") == "fixable"]
+    fixable = [i["code"] for i in report.get("issues", [])
+               if i.get("severity") == "fixable" and i["code"] not in waived]
     if fixable:
         reasons.append(f"fixable probe issues remain: {', '.join(fixable)}")
     return reasons

@@ -1,0 +1,68 @@
+"""A person's waiver of a finding, on the toy workflow: recorded, applied, audited, refused when wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator import engine
+from orchestrator.errors import BadAnswer
+from orchestrator.store import RunStore
+from tests.conftest import cli
+
+
+def _waiting_on_a_finding(store: RunStore, toy_repo: Path) -> str:
+    run_id = engine.start("toy", {"target": str(toy_repo), "color": "red"}, store=store).run_id
+    outcome = engine.advance(run_id, store=store)
+    assert outcome.exit_code == 4 and outcome.state["issues"], outcome.state
+    return run_id
+
+
+def test_a_waived_finding_lets_the_phase_pass_and_audit_checks_it(tmp_path: Path, toy_repo: Path) -> None:
+    store = RunStore(tmp_path / "state")
+    run_id = _waiting_on_a_finding(store, toy_repo)
+    code = store.read_state(run_id)["issues"][0]["code"]
+    result = cli("resume", run_id, "--waive", code, "--reason", "accepted by the reviewer", "--json",
+                 state_dir=tmp_path / "state")
+    assert result.returncode == 0, result.stderr
+    state = store.read_state(run_id)
+    assert state["status"] == "done" and state["answers"][f"waive:fix:{code}"] == "accepted by the reviewer"
+    assert state["results"]["fix"]["waived"] == {code: "accepted by the reviewer"}
+    audit = cli("audit", run_id, state_dir=tmp_path / "state")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_waivers_are_refused_without_reason_for_agents_and_for_unknown_codes(tmp_path: Path, toy_repo: Path) -> None:
+    store = RunStore(tmp_path / "state")
+    run_id = _waiting_on_a_finding(store, toy_repo)
+    code = store.read_state(run_id)["issues"][0]["code"]
+    before = (tmp_path / "state" / "runs" / run_id / "events.jsonl").read_bytes()
+    with pytest.raises(BadAnswer, match="only a person"):
+        engine.resume(run_id, {}, store=store, actor="agent", waivers={code: "me"})
+    with pytest.raises(BadAnswer, match="no finding 'nope'"):
+        engine.resume(run_id, {}, store=store, waivers={"nope": "why"})
+    with pytest.raises(BadAnswer, match="needs a reason"):
+        engine.resume(run_id, {}, store=store, waivers={code: "  "})
+    no_reason = cli("resume", run_id, "--waive", code, state_dir=tmp_path / "state")
+    assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
+    assert (tmp_path / "state" / "runs" / run_id / "events.jsonl").read_bytes() == before
+
+
+def test_audit_finds_a_waiver_forged_as_the_agent(tmp_path: Path, toy_repo: Path) -> None:
+    from orchestrator.audit_meaning import check_meaning
+    from orchestrator.workflow import load_workflow
+
+    store = RunStore(tmp_path / "state")
+    run_id = _waiting_on_a_finding(store, toy_repo)
+    state = store.read_state(run_id)
+    code = state["issues"][0]["code"]
+    engine.resume(run_id, {}, store=store, waivers={code: "fine"}, advance_after=False)
+    trail = tmp_path / "state" / "runs" / run_id / "events.jsonl"
+    events = [json.loads(line) for line in trail.read_text().splitlines()]
+    assert not check_meaning(events, load_workflow("toy"))
+    waiver = next(e for e in events if e["type"] == "answer_accepted" and e["data"]["key"].startswith("waive:"))
+    waiver["actor"] = "agent"
+    found = check_meaning(events, load_workflow("toy"))
+    assert any("only a person may waive" in message for _, message in found), found
