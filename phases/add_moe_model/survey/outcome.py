@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from phases.add_moe_model.fixability import clearable_note
 from phases.add_moe_model.workspace import EXP
 
 Outcome = Literal["clean", "needs_agent", "needs_human", "fail", "unsupported", "error"]
@@ -58,7 +59,8 @@ def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Pa
                    f"(`orchestrator resume {state['run_id']} --results DIR`) or a human's unrun_rows=accept")
         return SurveyRow(**base, **_verdict(state, numerics, pending=pending))
     if state["status"] == "waiting":
-        reasons = [_issue_line(i) for i in state.get("issues", [])]
+        agent = state.get("awaiting") != "human"
+        reasons = [_issue_line(i) + (clearable_note(i["code"]) if agent else "") for i in state.get("issues", [])]
         reasons += [q["prompt"] for q in state.get("pending", [])]
         outcome = "needs_human" if state.get("awaiting") == "human" else "needs_agent"
         return SurveyRow(**base, outcome=outcome, reasons=reasons or [state.get("summary") or ""])

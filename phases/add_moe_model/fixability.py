@@ -1,0 +1,27 @@
+"""Which findings a fix inside the experiment folder is shown to clear (the fixability contract).
+
+A code in ``PROVEN`` has a reference fix, written inside the experiment folder, that a test
+applies to a real run: the finding goes and the run moves on (tests/test_moe_fixability.py,
+tests/test_agent_moe_fix.py). Other codes labelled fixable point into the experiment folder
+but no test has cleared them yet; the survey says which is which, so a ``needs_agent`` row
+promises only what has been shown.
+"""
+
+from __future__ import annotations
+
+PROVEN: dict[str, str] = {
+    "moe_attr_not_mlp": "Llama-4-Scout",
+    "score_func_mismatch": "Llama-4-Scout",
+    "experts_transposed": "Llama-4-Scout, aria_text",
+    "strict_load_shape_mismatch": "Llama-4-Scout, aria_text",
+    "router_score_before_experts": "Llama-4-Scout",
+    "moe_output_contract": "Llama-4-Scout",
+    "router_bias_key_misnamed": "DeepSeek-V3",
+}
+
+
+def clearable_note(code: str) -> str:
+    """' [clearable in the experiment folder: reference fix tested on X]', or what is not shown yet."""
+    if code in PROVEN:
+        return f" [clearable in the experiment folder: reference fix tested on {PROVEN[code]}]"
+    return " [experiment-folder fix not yet shown by a test]"
