@@ -36,9 +36,10 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if lint["status"] == "FAIL":
         return PhaseResult(outcome="needs_agent", summary="pre-commit failed on the changed files", data={"lint": lint},
                            issues=(Issue(code="pre_commit_failed", message=lint["output_tail"], fix_location=EXP),))
+    caveat = verdict_caveat(ctx.results)
     if not ctx.answers.get("commit") == "auto":
         return PhaseResult(outcome="passed",
-                           summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never)",
+                           summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never){caveat}",
                            data={"lint": lint, "files": files, "committed": False})
     message = ctx.render("commit_message.txt.j2", **message_values(ctx))
     commit = make_commit(ctx, files, message)
@@ -46,7 +47,24 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return commit
     ctx.add_record("commit", commit)
     return PhaseResult(outcome="passed", summary=f"committed {commit['hash'][:10]} on {commit['branch']} "
-                       f"({len(commit['files'])} file(s))", data={"lint": lint, **commit, "committed": True})
+                       f"({len(commit['files'])} file(s)){caveat}", data={"lint": lint, **commit, "committed": True})
+
+
+def verdict_caveat(results: dict) -> str:
+    """What a finished run did not pass, so a `done` never reads as all-green: '; numerics WARN; parallelism 3 FAIL'."""
+    parts = []
+    status = ((results.get("numerics") or {}).get("verdict") or {}).get("status")
+    if status and status != "PASS":
+        parts.append(f"numerics {status}")
+    rows = (results.get("parallelism") or {}).get("rows", [])
+    counts = {s: sum(1 for r in rows if r.get("status") == s) for s in ("FAIL", "UNRUN")}
+    shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    if shown:
+        parts.append(f"parallelism rows {shown} (see the report)")
+    waived = sorted({code for phase in results.values() if isinstance(phase, dict) for code in phase.get("waived", {})})
+    if waived:
+        parts.append(f"waived by a person: {', '.join(waived)}")
+    return "".join(f"; {part}" for part in parts)
 
 
 def run_pre_commit(ctx: PhaseContext, files: list[str]) -> dict[str, str]:

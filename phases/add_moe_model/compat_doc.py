@@ -43,6 +43,8 @@ def collect_values(results: dict[str, Any], *, model_id: str) -> dict[str, Any]:
         "fsdp_ep": row_verdict(rows.get("FSDP+EP")),
         "build_check": "/".join(f"{r['world_size']}:{r['status']}" for r in build) or "not run",
         "probe": probe, "core_issues": core, "gap_rows": results.get("gap_analysis", {}).get("rows", []),
+        "waived": [{"phase": phase, "code": code, "reason": reason} for phase, data in results.items()
+                   if isinstance(data, dict) for code, reason in data.get("waived", {}).items()],
     }
 
 
