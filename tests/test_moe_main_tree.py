@@ -116,6 +116,7 @@ def test_doc_update_on_main_replaces_the_models_row_and_section_and_keeps_the_ot
               "cos_sim": 0.99999, "roundtrip": "PASS", "fsdp": "UNRUN (1 GPU) / UNRUN (2 GPUs)",
               "fsdp_ep": "UNRUN (2 GPUs)",
               "build_check": "2:PASS", "core_issues": [], "gap_rows": [],
+              "waived": [{"phase": "numerics", "code": "raised_in_transformers", "reason": "HF's own bf16 path"}],
               "probe": {"score_func": "sigmoid", "top_k": 2, "num_experts": 8, "route_norm": True, "hidden_size": 64,
                         "moe_intermediate_size": 32, "shared_experts": "additive", "attention": "mla",
                         "moe_mechanism": "first_k_dense_replace", "min_layers_needed": 2}}
@@ -125,6 +126,7 @@ def test_doc_update_on_main_replaces_the_models_row_and_section_and_keeps_the_ot
     assert after.count("(glm_moe_dsa)") == 1 and "| GLM-5 (DSA) | glm_moe_dsa | WARN | 2.00e-04 |" in after
     assert "| GLM-5 DSA | PASS | PASS |" in after and "GLM-5-DSA" not in after
     assert "torchrun FSDP UNRUN (1 GPU) / UNRUN (2 GPUs)" in after
+    assert 'numerics raised_in_transformers ("HF\'s own bf16 path")' in after
     untouched = [line for line in before.splitlines() if "glm_moe_dsa" not in line and "GLM-5" not in line]
     assert all(line in after.splitlines() for line in untouched if line.startswith("| "))
 
