@@ -86,7 +86,7 @@ def test_engine_side_modules_do_not_import_torch() -> None:
 @pytest.mark.slow
 def test_every_registry_entry_builds_its_transformers_config() -> None:
     from phases.add_moe_model.work.hf_config import build_hf_config, read_field
-    from phases.add_moe_model.work.scaled_config import EXPERT_KEYS
+    from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS as EXPERT_KEYS
 
     for entry in load_registry():
         config = build_hf_config(resolve_model_source(entry.hf_id))

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-EXPERT_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
-TOP_K_SWITCHES = ("num_experts_per_tok", "top_k_experts", "experts_per_token", "moe_top_k")
+from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS, TOP_K_KEYS
 
 
 def expert_count(config: Any) -> int | None:
@@ -50,7 +49,7 @@ def moe_form_kwargs(model_type: str) -> dict[str, Any]:
         switches["enable_moe_block"] = True
     if expert_count(defaults) is None:
         switches.update({k: 8 for k in EXPERT_COUNT_KEYS if k in keys and _read(defaults, k) is None})
-        switches.update({k: 2 for k in TOP_K_SWITCHES if k in keys and _read(defaults, k) is None})
+        switches.update({k: 2 for k in TOP_K_KEYS if k in keys and _read(defaults, k) is None})
     if switches:
         switches.update(_moe_sizes(defaults, keys))
     if "head_dim" in keys and _read(defaults, "head_dim") is None and _read(defaults, "num_attention_heads"):

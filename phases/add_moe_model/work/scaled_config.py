@@ -14,10 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS, TOP_K_KEYS
 from phases.add_moe_model.work.hf_config import read_field, read_first_layer_field
 
-EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "top_k_experts", "experts_per_token")
 MLA_DIMS = {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16}
 DSA_DIMS = {"index_n_heads": 2, "index_head_dim": 8, "index_topk": 8}
 # Fields copied from the real config when the config class reads them.
@@ -95,7 +94,7 @@ def _size_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str, 
 
 def _routing_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    expert_key = resolve_config_key(keys, EXPERT_KEYS)
+    expert_key = resolve_config_key(keys, EXPERT_COUNT_KEYS)
     top_k_key = resolve_config_key(keys, TOP_K_KEYS)
     if expert_key:
         out[expert_key] = plan.experts

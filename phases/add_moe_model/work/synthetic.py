@@ -15,9 +15,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from phases.add_moe_model.model_source import ModelSource
+from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS, TOP_K_KEYS
 from phases.add_moe_model.work.hf_config import build_hf_config, read_field
 from phases.add_moe_model.work.scaled_config import (
-    DSA_DIMS, EXPERT_KEYS, MLA_DIMS, TOP_K_KEYS, ScalePlan, build_scaled_kwargs,
+    DSA_DIMS, MLA_DIMS, ScalePlan, build_scaled_kwargs,
     config_init_keys, resolve_config_key,
 )
 from orchestrator.progress import report
@@ -98,14 +99,14 @@ def _check_real_sizes(entry: dict[str, Any], real: Any) -> list[str]:
 def _check_routing(entry: dict[str, Any], built: Any) -> list[str]:
     keys = config_init_keys(entry["model_type"])
     out = []
-    for candidates, want, what in ((EXPERT_KEYS, 8, "expert count"), (TOP_K_KEYS, 2, "top-k")):
+    for candidates, want, what in ((EXPERT_COUNT_KEYS, 8, "expert count"), (TOP_K_KEYS, 2, "top-k")):
         key = resolve_config_key(keys, candidates)
         if key is None:
             out.append(f"{entry['model_type']} config reads none of {candidates} for the {what}")
         elif entry.get(key) != want or read_field(built, key) != want:
             out.append(f"{what}: {key}={entry.get(key)!r} (config reads {read_field(built, key)!r}), rule says {want}")
     groups = read_field(built, "n_group")
-    experts = next((read_field(built, k) for k in EXPERT_KEYS if read_field(built, k)), None)
+    experts = next((read_field(built, k) for k in EXPERT_COUNT_KEYS if read_field(built, k)), None)
     if groups and experts and (experts % groups or experts // groups < 2):
         out.append(f"n_group={groups} does not split {experts} experts into groups of >= 2")
     return out
