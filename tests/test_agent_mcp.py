@@ -59,8 +59,8 @@ def test_in_process_client_drives_the_toy_run(agent_env: None, toy_repo: Path, s
             for _ in range(3):  # ask (answered now), work, fix
                 moved = answer_of(await client.call_tool("advance", {"run_id": run_id}, progress_callback=on_progress))
             assert moved["data"]["phase"] == "fix" and moved["data"]["awaiting"] == "agent"
-            artifact = await call(client, "read_artifact", run_id=run_id, name="square.json")
-            assert json.loads(artifact["data"]["text"]) == {"square": 49}
+            artifact = await client.call_tool("read_artifact", {"run_id": run_id, "name": "square.json"})
+            assert json.loads(artifact.content[1].text) == {"square": 49}
             for tool, path in (("read_file", "../state"), ("read_file", "/etc/passwd"),
                                ("read_file", "allowed/link/state"), ("write_file", "allowed/link/x.txt"),
                                ("write_file", "a.txt"), ("write_file", "allowed/../a.txt")):
@@ -105,4 +105,44 @@ def test_orchestrator_mcp_subprocess_over_stdio(agent_env: None, toy_repo: Path,
     assert state["awaiting"] == "human" and "color" not in state["answers"]
     status = cli("status", run_id, state_dir=state_dir)
     assert status.returncode == 3
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+
+def test_edit_file_replaces_once_and_read_file_returns_plain_text(agent_env: None, toy_repo: Path,
+                                                                   state_dir: Path) -> None:
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    store = RunStore(state_dir)
+    run_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red"}, store=store).run_id
+
+    async def scenario() -> None:
+        async with Client(build_server(store)) as client:
+            for _ in range(3):
+                moved = await call(client, "advance", run_id=run_id)
+            assert moved["data"]["phase"] == "fix", moved
+            read = await client.call_tool("read_file", {"run_id": run_id, "path": "allowed/README"})
+            assert [b.text for b in read.content[1:]] == ["edit here\n"]
+            assert answer_of(read)["data"]["total_chars"] == 10 and "text" not in answer_of(read)["data"]
+            assert (await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="ok\nok\n")
+                    )["status"] == "ok"
+            refusals = {"allowed/fixed.txt:missing": "matches 0 times", "allowed/fixed.txt:ok": "matches 2 times",
+                        "a.txt:hello": "outside the paths", "allowed/../a.txt:hello": "'..'",
+                        "allowed/none.txt:x": "is not a file"}
+            for where, expected in refusals.items():
+                path, old = where.split(":")
+                refused = await call(client, "edit_file", run_id=run_id, path=path, old_string=old, new_string="y")
+                assert refused["status"] == "refused" and expected in refused["message"], refused
+            edited = await call(client, "edit_file", run_id=run_id, path="allowed/fixed.txt",
+                                old_string="ok\nok", new_string="ok\nfine")
+            assert edited["status"] == "ok" and edited["data"]["line"] == 1, edited
+            assert (await call(client, "advance", run_id=run_id))["data"]["status"] == "done"
+
+    anyio.run(scenario)
+    assert (toy_repo / "allowed" / "fixed.txt").read_text() == "ok\nfine\n"
+    assert (toy_repo / "a.txt").read_text() == "hello\n"
+    edits = [e["data"] for e in store.read_events(run_id)
+             if e["type"] == "agent_acted" and e["data"]["tool"] == "edit_file"]
+    assert [d["outcome"].split(":")[0] for d in edits] == ["refused"] * 5 + ["ok"]
     assert cli("audit", run_id, state_dir=state_dir).returncode == 0

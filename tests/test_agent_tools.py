@@ -62,7 +62,7 @@ def agent_events(store: RunStore, run_id: str) -> list[dict[str, Any]]:
 
 def test_every_tool_schema_is_draft_2020_12_without_anyof() -> None:
     assert {"start_run", "status", "advance", "list_runs", "read_artifact", "explain", "answer", "submit",
-            "revert_patches", "note", "escalate", "read_file", "write_file",
+            "revert_patches", "note", "escalate", "read_file", "write_file", "edit_file",
             "apply_diff"} <= set(TOOLS)
     for spec in TOOLS.values():
         schema = spec.input_schema()
@@ -111,6 +111,16 @@ def test_apply_diff_checks_every_path_git_would_touch(toy_repo: Path) -> None:
     assert files.diff_paths(toy_repo, rename) == ["a.txt", "allowed/a.txt"]
     with pytest.raises(files.ScopeRefused, match="does not apply"):
         files.apply_unified_diff(scope, inside)  # already applied
+
+
+def test_edit_keeps_line_endings_and_frozen_paths(toy_repo: Path) -> None:
+    (toy_repo / "allowed" / "crlf.txt").write_bytes(b"one\r\ntwo\r\n")
+    scope = files.Scope(target=toy_repo, phase="fix", allowed_paths=("allowed/",), frozen=("allowed/README",))
+    assert files.replace_once(scope, "allowed/crlf.txt", "two", "2")["line"] == 2
+    assert (toy_repo / "allowed" / "crlf.txt").read_bytes() == b"one\r\n2\r\n"
+    with pytest.raises(files.ScopeRefused, match="frozen"):
+        files.replace_once(scope, "allowed/README", "edit", "x")
+    assert (toy_repo / "allowed" / "README").read_text() == "edit here\n"
 
 
 def test_fix_cycle_and_refusals_are_recorded(agent_env: None, toy_repo: Path, state_dir: Path) -> None:

@@ -175,7 +175,9 @@ def _create(client: Any, **request: Any) -> Any:
 def _run_tool(use: dict[str, Any], *, store: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     arguments = use["input"] if isinstance(use["input"], dict) else {}
     result = call_tool(use["name"], arguments, store=store, call_id=use["id"], progress=progress)
-    return {"type": "tool_result", "tool_use_id": use["id"], "content": result.model_dump_json(),
+    blocks = result.blocks()
+    content: Any = blocks[0] if len(blocks) == 1 else [{"type": "text", "text": b} for b in blocks if b]
+    return {"type": "tool_result", "tool_use_id": use["id"], "content": content,
             "is_error": result.is_error}
 
 

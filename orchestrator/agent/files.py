@@ -4,10 +4,10 @@ Every path an agent names goes through ``resolve_in_target`` first: relative pat
 from the target's root, ``..`` components and ``.git`` are refused outright, an absolute path
 is accepted only when it lies inside the target, and the path is resolved through symlinks
 before it is compared, so a link that points outside (or from ``allowed/`` back into the
-rest of the tree) cannot be used to escape. Writes (``write_text``, ``apply_unified_diff``)
-must also land under one of the phase's ``allowed_paths``. The same check backs the
-``orchestrator check-path`` hook; the engine's guards re-check the tree from git at every
-advance, so this module is a live fence, not the referee.
+rest of the tree) cannot be used to escape. Writes (``write_text``, ``replace_once``,
+``apply_unified_diff``) must also land under one of the phase's ``allowed_paths``. The same
+check backs the ``orchestrator check-path`` hook; the engine's guards re-check the tree from
+git at every advance, so this module is a live fence, not the referee.
 
 stdlib only (git runs as a subprocess): the CLI's hook command must start fast.
 """
@@ -125,6 +125,35 @@ def write_text(scope: Scope, path: str, content: str) -> dict[str, object]:
     existed = resolved.exists()
     resolved.write_bytes(blob)
     return {"path": relative, "created": not existed, "chars": len(content)}
+
+
+def replace_once(scope: Scope, path: str, old: str, new: str) -> dict[str, object]:
+    """Replace the one occurrence of ``old`` in a file under the allowed paths with ``new``.
+
+    The file is read and written as bytes decoded as UTF-8, so its line endings stay as they are.
+    ``old`` must occur exactly once: zero or several matches refuse and change nothing.
+    """
+    resolved, relative = check_writable(scope, path)
+    if not resolved.is_file():
+        raise ScopeRefused(f"{relative!r} is not a file of the target; edit_file changes an existing file "
+                           "(write_file creates one)")
+    if not old:
+        raise ScopeRefused("old_string is empty; give the exact text to replace")
+    if old == new:
+        raise ScopeRefused("old_string and new_string are the same; nothing would change")
+    try:
+        text = resolved.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScopeRefused(f"{relative!r} is not UTF-8 text; edit_file changes text files only") from None
+    count = text.count(old)
+    if count != 1:
+        hint = ("copy it from read_file exactly, whitespace and indentation included" if count == 0 else
+                "add the lines around it to old_string so that it matches once")
+        raise ScopeRefused(f"old_string matches {count} times in {relative!r} (it must match exactly once); {hint}")
+    at = text.index(old)
+    resolved.write_bytes((text[:at] + new + text[at + len(old):]).encode("utf-8"))
+    return {"path": relative, "line": text.count("\n", 0, at) + 1, "removed_chars": len(old),
+            "added_chars": len(new)}
 
 
 def apply_unified_diff(scope: Scope, diff: str) -> dict[str, object]:

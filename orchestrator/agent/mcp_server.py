@@ -58,7 +58,7 @@ def _build_tool(spec: ToolSpec, *, store: Any, session: str) -> Tool:
         progress = _progress_sender(ctx)
         result = await anyio.to_thread.run_sync(
             lambda: call_tool(spec.name, arguments, store=store, call_id=call_id, progress=progress))
-        return CallToolResult(content=[TextContent(type="text", text=result.model_dump_json())],
+        return CallToolResult(content=[TextContent(type="text", text=block) for block in result.blocks()],
                               structured_content=result.model_dump(mode="json"), is_error=result.is_error)
 
     return Tool(fn=handle, name=spec.name, description=spec.description, parameters=spec.input_schema(),

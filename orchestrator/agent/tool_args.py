@@ -21,10 +21,16 @@ class ToolResult(BaseModel):
     status: Status
     message: str
     data: dict[str, Any] = Field(default_factory=dict)
+    text: str | None = Field(default=None, exclude=True)
+    """A file's or artifact's text, sent as its own plain-text block after the JSON answer."""
 
     @property
     def is_error(self) -> bool:
         return self.status in ("refused", "error")
+
+    def blocks(self) -> list[str]:
+        """The answer as text blocks: the JSON answer, then the plain text when there is one."""
+        return [self.model_dump_json()] + ([self.text] if self.text is not None else [])
 
     def outcome(self) -> str:
         """The ``AgentActed.outcome`` line: ok, waiting for a human, refused: <why>, error: <why>."""
@@ -69,7 +75,8 @@ class ListRunsArgs(ToolArgs):
 
 
 class ReadArtifactArgs(RunArgs):
-    """Read an artifact the run recorded (reports, worker logs, tables) by its name under artifacts/."""
+    """Read an artifact the run recorded (reports, worker logs, tables) by its name under artifacts/.
+    The answer's first block is JSON (name, total_chars, next_offset); the text follows as plain text."""
 
     name: str
     """Artifact name as listed by explain, e.g. "logs/000012-probe-square.log"."""
@@ -131,8 +138,9 @@ class EscalateArgs(RunArgs):
 
 
 class ReadFileArgs(RunArgs):
-    """Read a file (or list a directory) of the run's target checkout. Paths are relative to the
-    target's root; '..', .git and anything outside the target are refused."""
+    """Read a file (or list a directory) of the run's target checkout. The answer's first block is
+    JSON (path, total_chars, next_offset); the file's text follows as a second, plain-text block.
+    Paths are relative to the target's root; '..', .git and anything outside the target are refused."""
 
     path: str
     """Path relative to the target's root, e.g. "torchtitan/models/x/model.py"; "." lists the root."""
@@ -150,6 +158,19 @@ class WriteFileArgs(RunArgs):
     """Path relative to the target's root, inside the allowed paths."""
     content: str
     """The complete new content of the file."""
+
+
+class EditFileArgs(RunArgs):
+    """Replace one exact piece of text in a file under the current phase's allowed paths (see
+    explain). old_string must match exactly once (copy it from read_file, whitespace included);
+    0 or several matches are refused and nothing changes. Use write_file to create a file."""
+
+    path: str
+    """Path relative to the target's root, inside the allowed paths."""
+    old_string: str
+    """The exact text to replace; it must occur once in the file."""
+    new_string: str
+    """The text that replaces it."""
 
 
 class ApplyDiffArgs(RunArgs):

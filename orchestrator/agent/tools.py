@@ -41,6 +41,7 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     EscalateArgs,
     ReadFileArgs,
     WriteFileArgs,
+    EditFileArgs,
     ApplyDiffArgs,
     Status,
 )
@@ -53,7 +54,7 @@ MAX_RECORDED_CHARS = 2000
 BUSY_WAIT_S = float(os.environ.get("ORCHESTRATOR_BUSY_WAIT_S", "10"))
 """How long an acting tool waits for a run another process holds before it is refused as busy."""
 ACTING = frozenset({"advance", "answer", "submit", "revert_patches", "note", "escalate", "write_file",
-                    "apply_diff"})
+                    "edit_file", "apply_diff"})
 """Tools that change a run or its target: each runs and is recorded under the run's lock."""
 
 
@@ -220,8 +221,8 @@ def read_artifact(args: ReadArtifactArgs, env: ToolEnv) -> ToolResult:
     chunk = text[args.offset:args.offset + args.max_chars]
     following = args.offset + len(chunk)
     return ToolResult(status="ok", message=f"artifact {name}: {len(chunk)} of {len(text)} chars",
-                      data={"name": name, "text": chunk, "total_chars": len(text),
-                            "next_offset": following if following < len(text) else None})
+                      data={"name": name, "total_chars": len(text), "offset": args.offset,
+                            "next_offset": following if following < len(text) else None}, text=chunk)
 
 
 def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
@@ -311,12 +312,19 @@ def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
 def read_file(args: ReadFileArgs, env: ToolEnv) -> ToolResult:
     scope = scope_for(env.store.read_state(args.run_id))
     data = files.read_text(scope, args.path, offset=args.offset, max_chars=args.max_chars)
-    return ToolResult(status="ok", message=f"{data['kind']} {data['path']}", data=data)
+    text = data.pop("text", None)
+    return ToolResult(status="ok", message=f"{data['kind']} {data['path']}", data=data, text=text)
 
 
 def write_file(args: WriteFileArgs, env: ToolEnv) -> ToolResult:
     data = files.write_text(scope_for(live_state(env.store, args.run_id)), args.path, args.content)
     return ToolResult(status="ok", message=f"wrote {data['path']}; call advance when the fix is complete", data=data)
+
+
+def edit_file(args: EditFileArgs, env: ToolEnv) -> ToolResult:
+    scope = scope_for(live_state(env.store, args.run_id))
+    data = files.replace_once(scope, args.path, args.old_string, args.new_string)
+    return ToolResult(status="ok", message=f"edited {data['path']} at line {data['line']}", data=data)
 
 
 def apply_diff(args: ApplyDiffArgs, env: ToolEnv) -> ToolResult:
@@ -330,7 +338,8 @@ _SPECS = [
     ("explain", ExplainArgs, explain), ("answer", AnswerArgs, answer), ("submit", SubmitArgs, submit),
     ("revert_patches", RevertPatchesArgs, revert_patches), ("note", NoteArgs, note),
     ("escalate", EscalateArgs, escalate), ("read_file", ReadFileArgs, read_file),
-    ("write_file", WriteFileArgs, write_file), ("apply_diff", ApplyDiffArgs, apply_diff),
+    ("write_file", WriteFileArgs, write_file), ("edit_file", EditFileArgs, edit_file),
+    ("apply_diff", ApplyDiffArgs, apply_diff),
 ]
 TOOLS: dict[str, ToolSpec] = {name: ToolSpec(name=name, args=model, handler=fn) for name, model, fn in _SPECS}
 
