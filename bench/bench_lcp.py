@@ -85,8 +85,9 @@ def drive(args: argparse.Namespace) -> str:
             print(f"deadline: {left:.0f} s left, less than a candidate's {args.candidate_s:.0f} s; "
                   f"not submitted: {', '.join(todo[todo.index(name):])}")
             break
+        regions = shipped_regions(args.combine.split(",") if args.combine else [name])
         rc, out = cli("candidate", run_id, "--branch", f"candidate/{name}", "--label", SHIPPED[name],
-                      state_dir=args.state_dir, timeout=left)
+                      "--regions", regions, state_dir=args.state_dir, timeout=left)
         print(f"candidate {name}: exit {rc}, phase {out.get('phase')}", flush=True)
     if args.finish:
         # NOTE: findings measures the stack's own code (fresh processes): minutes, not seconds
@@ -129,6 +130,15 @@ def finish_interrupted(state_dir: Path, run_id: str, deadline: float) -> bool:
     rc, out = cli("advance", run_id, state_dir=state_dir, timeout=max(60.0, deadline - time.monotonic()))
     print(f"advance: phase {out.get('phase')}: {out.get('summary')}", flush=True)
     return rc == 4 and out.get("phase") == "pick_fix"
+
+
+def shipped_regions(names: list[str]) -> str:
+    """The regions the shipped rewrites ``names`` name in their meta.json, as ``--regions`` takes them."""
+    from phases.local_compile_perf.workspace import candidate_regions
+
+    named = candidate_regions()
+    regions = dict.fromkeys(r for name in names for r in named[f"candidate/{name}"])
+    return ",".join(regions) or "none"
 
 
 def combine_branches(state_dir: Path, run_id: str, names: list[str], *, branch: str = "combined") -> None:

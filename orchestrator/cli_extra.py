@@ -37,10 +37,12 @@ def register(main: click.Group, command: Callable) -> None:
     @click.argument("run_id")
     @click.option("--branch", required=True, help="Branch of the run's target holding the rewrite.")
     @click.option("--label", required=True, help="Short name; it names the stack branch.")
-    @click.option("--regions", default="", help="Regions to enable with it (default: declared in its changed files).")
-    def candidate_cmd(settings: Any, run_id: str, branch: str, label: str, regions: str) -> int:
+    @click.option("--regions", default=None, help="Regions to enable with it, a,b or none (exactly these; a branch "
+                  "declaring regions the stack does not enable must name them).")
+    def candidate_cmd(settings: Any, run_id: str, branch: str, label: str, regions: str | None) -> int:
         """Submit BRANCH of RUN's target as a candidate (= submit RUN candidate); measures it and rules on it."""
-        return submit(settings, run_id, "candidate", {"branch": branch, "label": label, "regions": regions})
+        named = {} if regions is None else {"regions": regions}
+        return submit(settings, run_id, "candidate", {"branch": branch, "label": label, **named})
 
     @command(main, "patch")
     @click.argument("run_id")

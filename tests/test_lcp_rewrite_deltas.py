@@ -36,7 +36,8 @@ def combined_workspace(embedded_workspace: Path, tmp_path: Path) -> tuple[Path, 
     repo = git.Repo(target)
     entry = {"branch": "stack/1-combined", "source_branch": "candidate/combined",
              "parent": repo.heads.main.commit.hexsha, "commit": repo.heads["candidate/combined"].commit.hexsha,
-             "stack_regions_before": ["router"]}
+             "stack_regions_before": ["router"], "regions": ["swiglu", "mlp_swiglu"],
+             "files": repo.git.diff("--name-only", "main", "candidate/combined").split()}
     return target, entry
 
 
@@ -66,9 +67,13 @@ def test_prefixes_replay_each_commit_on_the_parent_with_its_regions(embedded_wor
     assert [name for name, _path, _subject in made] == [BASE, "+1", "+2"]
     moe = [(path / "examples/moe_layer/moe.py").read_text() for _name, path, _subject in made]
     assert "mlp_swiglu" not in moe[1] and "mlp_swiglu" in moe[2]
-    regions = [prefix_regions(path, entry["parent"], entry["stack_regions_before"]) for _n, path, _s in made]
+    regions = [prefix_regions(path, entry, base=name == BASE) for name, path, _s in made]
     assert regions[0] == ("router",) and regions[1] == ("router", "swiglu")
     assert regions[2] == ("router", "swiglu", "mlp_swiglu")
+    # a region the first commit's files declare is not enabled when the entry does not name it
+    named = {**entry, "regions": ["mlp_swiglu"]}
+    assert [prefix_regions(path, named, base=name == BASE) for name, path, _s in made][1:] == [
+        ("router",), ("router", "mlp_swiglu")]
 
 
 def test_a_single_commit_entry_has_no_deltas_to_measure(embedded_workspace, tmp_path):

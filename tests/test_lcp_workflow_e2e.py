@@ -61,11 +61,14 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     target = Path(status["target"])
 
     _commit_wrong_rope(target)
-    wrong = cli("candidate", run_id, "--branch", "candidate/wrong-rope", "--label", "conjugate RoPE", "--json",
-                state_dir=state, timeout=1500)
+    wrong = cli("candidate", run_id, "--branch", "candidate/wrong-rope", "--label", "conjugate RoPE",
+                "--regions", "rope", "--json", state_dir=state, timeout=1500)
     assert wrong.returncode == 4, wrong.stderr[-3000:]
-    narrow = cli("candidate", run_id, "--branch", "candidate/narrow-scores", "--label", "narrow scores", "--json",
-                 state_dir=state, timeout=1500)
+    unnamed = cli("candidate", run_id, "--branch", "candidate/narrow-scores", "--label", "narrow scores",
+                  state_dir=state)
+    assert unnamed.returncode == 2 and "--regions swiglu" in unnamed.stderr, unnamed.stderr[-2000:]
+    narrow = cli("candidate", run_id, "--branch", "candidate/narrow-scores", "--label", "narrow scores",
+                 "--regions", "swiglu", "--json", state_dir=state, timeout=1500)
     assert narrow.returncode == 4, narrow.stderr[-3000:]
 
     done = cli("resume", run_id, "--answer", "candidates=done", "--json", state_dir=state)

@@ -79,13 +79,17 @@ class CandidateArgs(BaseModel):
     """Git branch in the target that holds the candidate (any base; it is replayed onto the stack tip)."""
     label: str
     """Short label for the candidate, e.g. "fuse rmsnorm"; it names the stack branch."""
-    regions: tuple[str, ...] = ()
-    """Regions to enable with it, a list or "a,b" (default: those declared in its changed files)."""
+    regions: tuple[str, ...] | None = None
+    """Regions to enable with it, on top of the stack's: a list, "a,b", or "none". Exactly these are enabled.
+    Left out, a branch whose changed files declare regions the stack does not enable is refused, and the
+    refusal names them: nothing is enabled by default."""
 
     @field_validator("regions", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
-        return tuple(r for r in value.split(",") if r) if isinstance(value, str) else value
+        if isinstance(value, str):
+            return () if value.strip().lower() == "none" else tuple(r.strip() for r in value.split(",") if r.strip())
+        return value
 
 
 def accept_candidate(ctx: Any, args: CandidateArgs, tool_call_id: str | None) -> None:
@@ -96,8 +100,9 @@ def accept_candidate(ctx: Any, args: CandidateArgs, tool_call_id: str | None) ->
     if not args.label.strip():
         raise UsageError("candidate needs --label TEXT: it names the stack branch")
     _check_branch(ctx.state, branch=args.branch)
+    regions = _named_regions(ctx.state, args)
     record = {"id": f"c{len(submissions(ctx.state)) + 1}-{secrets.token_hex(2)}", "branch": args.branch,
-              "label": args.label.strip(), "regions": list(args.regions), "actor": ctx.actor,
+              "label": args.label.strip(), "regions": list(regions), "actor": ctx.actor,
               "tool_call_id": tool_call_id, "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     ctx.add_record("candidate_submitted", record)
 
@@ -109,3 +114,27 @@ def _check_branch(state: dict[str, Any], *, branch: str) -> None:
     if branch not in heads:
         raise UsageError(f"branch {branch!r} is not a branch of {state['target']}; create it there first "
                          f"(branches: {', '.join(sorted(heads))})")
+
+
+def _named_regions(state: dict[str, Any], args: CandidateArgs) -> tuple[str, ...]:
+    """The regions the submission names; refuses unknown names, and no names where the branch declares new ones."""
+    import git
+
+    from phases.local_compile_perf.region_offer import declared_at, offered
+    from phases.local_compile_perf.stack import stack_tip
+
+    target = Path(state["target"])
+    if args.regions is None:
+        offer = offered(target, args.branch, stack_tip(state))
+        if offer:
+            where = ", ".join(f"{name} ({path})" for name, path in offer.items())
+            raise UsageError(f"branch {args.branch!r} changes files that declare regions the stack does not enable: "
+                             f"{where}. A candidate enables only the regions it names: submit again with --regions "
+                             f"{','.join(offer)} (or a subset), or --regions none")
+        return ()
+    known = declared_at(git.Repo(target), args.branch)
+    unknown = [name for name in args.regions if name not in known]
+    if unknown:
+        raise UsageError(f"regions {unknown} are not declared on branch {args.branch!r} (declared: "
+                         f"{', '.join(sorted(known)) or 'none'})")
+    return tuple(dict.fromkeys(args.regions))

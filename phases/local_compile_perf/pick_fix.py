@@ -14,7 +14,10 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.candidates import pending_submission, reject, verdicts
 from phases.local_compile_perf.devlog import log, renders_devlog
 from phases.local_compile_perf.records import Candidate, Picked
-from phases.local_compile_perf.stack import CandidateRefused, prepare_candidate, stack_entries, worktree_root
+from phases.local_compile_perf.region_offer import not_enabled
+from phases.local_compile_perf.stack import (
+    CandidateRefused, prepare_candidate, stack_entries, stack_tip, worktree_root,
+)
 
 LADDER = ("enable an existing region", "resize a region", "rewrite the function so it lowers well (patterns.md)",
           "add a region-scoped option", "autograd.Function with a hand-written backward")
@@ -41,13 +44,16 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
                f"submit with `orchestrator candidate {run_id} --branch B --label TEXT`")
     message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms"
                         for r in rank["ranked"][:5])
+    idle = not_enabled(ctx.target, stack_tip(ctx.state))
     issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
                   message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
-                          f"{message or 'none above the threshold'}; stop rule: {rank['stop']['reason']}")
+                          f"{message or 'none above the threshold'}; stop rule: {rank['stop']['reason']}; "
+                          f"a candidate enables only the regions it names (--regions a,b or none); declared and "
+                          f"not enabled on the stack: {', '.join(f'{r} ({p})' for r, p in idle.items()) or 'none'}")
     question = Question(key="candidates", prompt="Is the stack complete? Answer done to write the stack and "
                         "findings; otherwise submit another candidate branch.", choices=("done",), human_only=False)
     data = {"ranked": rank["ranked"], "stop": rank["stop"], "stack": stack_entries(ctx.state),
-            "verdicts": verdicts(ctx.state)}
+            "verdicts": verdicts(ctx.state), "regions_not_enabled": idle}
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
 
 

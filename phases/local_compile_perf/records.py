@@ -83,7 +83,7 @@ class PreparedCandidate(Record):
     files: tuple[str, ...]
     candidate_regions: tuple[str, ...]
     regions_source: str
-    """"--regions" or "declared in the changed files"."""
+    """"named by the submission" or "none named": a candidate enables only the regions it names."""
     stack_regions: tuple[str, ...]
     """Regions the stack's recipe enables before this candidate."""
 

@@ -4,8 +4,8 @@ A submission may carry several rewrites as several commits (``bench_lcp --combin
 confirmation for all, when device time allows one). The entry's confirmed delta then covers
 them together. So the findings measure every prefix of the submitted branch replayed on the
 entry's parent: the parent itself, then the parent plus the first k commits. Each prefix runs
-with the regions the stack enabled before the entry plus the regions declared in the files
-changed so far.
+with the regions the stack enabled before the entry plus those of the entry's named regions
+that its commits so far declare (a named region no commit declares: from the first commit).
 
 Each prefix gets one fresh process at the per-layer token counts. The skill labels such
 single-run per-branch deltas indicative; the entry's 3-process confirmation stays the cited
@@ -22,7 +22,8 @@ import git
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
 from phases.local_compile_perf.records import Plan
-from phases.local_compile_perf.stack import add_detached_worktree, declared_regions, remove_worktree
+from phases.local_compile_perf.region_offer import declared_at
+from phases.local_compile_perf.stack import add_detached_worktree, remove_worktree
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.workspace import replay
 
@@ -51,9 +52,20 @@ def prefix_checkouts(target: Path, entry: dict[str, Any], root: Path) -> list[tu
     return made
 
 
-def prefix_regions(path: Path, parent: str, stack_regions: list[str]) -> tuple[str, ...]:
-    files = git.Repo(path).git.diff("--name-only", parent, "HEAD").split()
-    return tuple(dict.fromkeys([*stack_regions, *declared_regions(path, files)]))
+def prefix_regions(path: Path, entry: dict[str, Any], *, base: bool) -> tuple[str, ...]:
+    """The stack's regions before the entry, plus (past the base) the entry's named regions this prefix has reached.
+
+    A region the entry names is enabled from the first commit whose changed files declare it, or from the
+    first commit when no file the entry changes declares it (the entry only enables it).
+    """
+    before = list(entry["stack_regions_before"])
+    if base:
+        return tuple(before)
+    repo = git.Repo(path)
+    so_far = declared_at(repo, "HEAD", repo.git.diff("--name-only", entry["parent"], "HEAD").split())
+    by_entry = declared_at(repo, entry["commit"], list(entry.get("files", ())))
+    reached = [r for r in entry["regions"] if r in so_far or r not in by_entry]
+    return tuple(dict.fromkeys([*before, *reached]))
 
 
 def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -68,8 +80,7 @@ def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any])
     try:
         tokens = plan.sizes.per_layer_tokens
         variants = tuple(Variant(name=name, checkout=str(path), tokens=tokens,
-                                 tree="regions:" + ",".join(prefix_regions(path, entry["parent"],
-                                                                             entry["stack_regions_before"])))
+                                 tree="regions:" + ",".join(prefix_regions(path, entry, base=name == BASE)))
                          for name, path, _subject in made)
         request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=1,
                                  timing=plan.timing)

@@ -58,16 +58,6 @@ def recipe_regions(checkout: Path) -> tuple[str, ...]:
     return ()
 
 
-def declared_regions(checkout: Path, files: list[str]) -> tuple[str, ...]:
-    """Region names declared with ``@local_compile("name")`` in ``files`` of ``checkout``."""
-    names = []
-    for rel in files:
-        path = checkout / rel
-        if path.is_file() and path.suffix == ".py":
-            names += [name for name, _line in declared_region_names(path.read_text(errors="replace"))]
-    return tuple(dict.fromkeys(names))
-
-
 def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[str, Any],
                       root: Path) -> PreparedCandidate:
     """Replay the submitted branch on the stack tip; two worktrees (tip, candidate). CandidateRefused if impossible."""
@@ -100,11 +90,11 @@ def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[s
     messages = [repo.commit(c).message.strip() for c in commits]
     wt.index.commit(f"{submission['label']}\n\n" + "\n\n".join(messages), author=BOT, committer=BOT)
     files = wt.git.diff("--name-only", tip, "HEAD").split()
-    regions = tuple(submission.get("regions") or ()) or declared_regions(cand_dir, files)
+    regions = tuple(submission.get("regions") or ())
     return PreparedCandidate(
         n=n, name=name, tip=tip, commits=tuple(commits), wip_branch=f"wip/{name}", wip_commit=wt.head.commit.hexsha,
         stack_checkout=str(stack_dir), candidate_checkout=str(cand_dir), files=tuple(files), candidate_regions=regions,
-        regions_source="--regions" if submission.get("regions") else "declared in the changed files",
+        regions_source="named by the submission" if regions else "none named",
         stack_regions=recipe_regions(stack_dir))
 
 

@@ -1,0 +1,82 @@
+"""A candidate enables exactly the regions it names; regions its changed files declare are offered, never defaulted.
+
+Real git: a copy of the embedded workspace, whose shipped narrow-scores branch changes
+experts.py, the file that declares the swiglu region (not enabled on main).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import git
+import pytest
+
+from orchestrator.errors import UsageError
+from phases.local_compile_perf.candidates import CandidateArgs, accept_candidate
+from phases.local_compile_perf.pick_fix import wait_for_agent
+from phases.local_compile_perf.region_offer import offered
+from phases.local_compile_perf.stack import prepare_candidate
+from phases.local_compile_perf.workflow import WORKFLOW
+
+BRANCH = "candidate/narrow-scores"
+
+
+@pytest.fixture
+def target(embedded_workspace: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "workspace"
+    shutil.copytree(embedded_workspace, copy)
+    return copy
+
+
+def submit_ctx(target: Path) -> SimpleNamespace:
+    main = git.Repo(target).heads.main.commit.hexsha
+    state: dict[str, Any] = {"target": str(target), "base": {"commit": main}, "records": {}}
+
+    def add_record(kind: str, record: dict[str, Any]) -> None:
+        state["records"].setdefault(kind, []).append(record)
+
+    return SimpleNamespace(state=state, actor="agent", add_record=add_record)
+
+
+def submit(ctx: SimpleNamespace, **args: Any) -> None:
+    accept_candidate(ctx, CandidateArgs.model_validate({"branch": BRANCH, "label": "narrow", **args}), None)
+
+
+def test_unnamed_regions_of_the_changed_files_are_offered_not_enabled(target):
+    ctx = submit_ctx(target)
+    assert offered(target, BRANCH, ctx.state["base"]["commit"]) == {"swiglu": "examples/moe_layer/experts.py"}
+    with pytest.raises(UsageError, match=r"swiglu \(examples/moe_layer/experts.py\).*--regions swiglu.*none"):
+        submit(ctx)
+    assert ctx.state["records"] == {}
+    with pytest.raises(UsageError, match=r"\['rope_typo'\] are not declared"):
+        submit(ctx, regions="swiglu,rope_typo")
+    assert ctx.state["records"] == {}
+    submit(ctx, regions="none")
+    submit(ctx, regions=["swiglu"])
+    assert [s["regions"] for s in ctx.state["records"]["candidate_submitted"]] == [[], ["swiglu"]]
+
+
+def test_a_candidate_naming_none_runs_with_the_stack_regions_only(target, tmp_path):
+    ctx = submit_ctx(target)
+    submit(ctx, regions="none")
+    (submission,) = ctx.state["records"]["candidate_submitted"]
+    prepared = prepare_candidate(target, state=ctx.state, submission=submission, root=tmp_path / "wt")
+    assert "examples/moe_layer/experts.py" in prepared.files
+    assert prepared.candidate_regions == () and prepared.regions_source == "none named"
+    assert prepared.tree_regions == ["router"]
+
+
+def test_the_offer_is_shown_before_submitting(target):
+    """explain shows the submission's schema and the waiting phase's findings: the regions the stack leaves off."""
+    described = WORKFLOW.submissions["candidate"].args.model_json_schema()["properties"]["regions"]["description"]
+    assert "Exactly these are enabled" in described and "nothing is enabled by default" in described
+    ctx = submit_ctx(target)
+    ctx.target, ctx.run_id = target, "run-1"
+    ctx.results = {"rank": {"ranked": [], "stop": {"stop": False, "reason": "open"}}}
+    waiting = wait_for_agent(ctx)
+    assert waiting.outcome == "needs_agent" and "swiglu" in waiting.data["regions_not_enabled"]
+    assert "router" not in waiting.data["regions_not_enabled"]
+    assert "enables only the regions it names" in waiting.issues[0].message
