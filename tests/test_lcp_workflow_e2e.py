@@ -87,6 +87,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     assert verdicts["narrow scores"]["verdict"] == "validated", verdicts["narrow scores"]
     entry = snapshot["records"]["stack_entry"][0]
     assert entry["branch"] == "stack/1-narrow-scores" and entry["regions"] == ["swiglu"]
+    assert entry["timing"] == "host timer: indicative, not gated"
+    assert {j["verdict"] for j in entry["judged"]} == {"indicative"}
     assert all(c["ok"] for c in entry["correctness"]) and entry["graphs"]["per_region"]["swiglu"] <= 6
     merge_base = subprocess.run(["git", "-C", str(target), "merge-base", "--is-ancestor", snapshot["base"]["commit"],
                                  entry["branch"]])

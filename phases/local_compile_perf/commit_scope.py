@@ -13,9 +13,16 @@ from pathlib import Path
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.candidates import current, reject
 from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.stack import (
     CandidateRefused, check_scope, commit_stack_entry, enable_in_recipe, release_candidate, stack_entries, stack_tip,
 )
+
+
+def timing_kind(ctx: PhaseContext) -> str:
+    """How far the entry's timing can be trusted: CUDA events gate; a host timer's deltas are indicative only."""
+    cuda = ctx.result("plan", Plan).device.startswith("cuda")
+    return "cuda events (gated)" if cuda else "host timer: indicative, not gated"
 
 
 @renders_devlog
@@ -39,7 +46,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     confirm = ctx.results["screen_confirm"]
     record = {"position": position, **entry, "label": cand.label, "candidate": cand.id, "source_branch": cand.branch,
               "regions": regions, "stack_regions_before": list(prepared.stack_regions), "recipe_edit": recipe_edit,
-              **scope, "judged": confirm["judged"], "replay": confirm["replay"], "confirm_rows": confirm["rows"],
+              **scope, "timing": timing_kind(ctx), "judged": confirm["judged"], "replay": confirm["replay"],
+              "confirm_rows": confirm["rows"],
               "correctness": ctx.results["correctness"]["comparisons"], "graphs": ctx.results["graph_budget"]["graphs"]}
     ctx.add_record("stack_entry", record)
     ctx.add_record("candidate_verdict", {

@@ -125,7 +125,8 @@ class Judgement(Record):
     """(candidate - stack) / stack, in percent: negative is faster."""
     noise_band_pct: float
     """The larger spread of the two cells' fresh-process samples (kit spread_pct_of)."""
-    verdict: Literal["win", "neutral", "loss"]
+    verdict: Literal["win", "neutral", "loss", "indicative"]
+    """"indicative" on a host timer: its deltas are recorded, never ruled a win or a loss."""
 
 
 class Cell(Record):

@@ -29,12 +29,12 @@ SCREEN = "phases.local_compile_perf.work.candidate_checks:screen_worker"
 CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
 
 
-def judge(stack: Cell, cand: Cell, metric: str = "wall_ms") -> Judgement:
-    """win / neutral / loss at one token count from two cited cells."""
+def judge(stack: Cell, cand: Cell, metric: str = "wall_ms", *, cuda: bool) -> Judgement:
+    """win / neutral / loss at one token count from two cited cells; "indicative" on a host timer (no verdict)."""
     a, b = stack.cited[metric], cand.cited[metric]
     band = max(spread_pct_of(stack.samples[metric]), spread_pct_of(cand.samples[metric]))
     delta = (b - a) / a * 100
-    verdict = "win" if delta < -band else "loss" if delta > band else "neutral"
+    verdict = "indicative" if not cuda else "win" if delta < -band else "loss" if delta > band else "neutral"
     return Judgement(tokens=stack.tokens, metric=metric, stack=a, candidate=b, delta_pct=delta,
                      noise_band_pct=band, verdict=verdict)
 
@@ -49,15 +49,16 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if broken:
         return reject(ctx, cand, f"{len(broken)} confirmation cell(s) FAILED ({broken[0].variant} at "
                                  f"{broken[0].tokens}): see the worker log", numbers=numbers)
-    judged = [judge(cell(rows, "stack", t), cell(rows, "candidate", t)) for t in plan.tokens]
-    replay = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), "replay_ms") for t in plan.tokens
+    cuda = plan.device.startswith("cuda")
+    judged = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), cuda=cuda) for t in plan.tokens]
+    replay = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), "replay_ms", cuda=cuda) for t in plan.tokens
               if "replay_ms" in cell(rows, "stack", t).cited]
     numbers |= {"judged": [j.model_dump() for j in judged], "replay": [j.model_dump() for j in replay]}
     for j in judged + replay:
         log(ctx, f"confirm {cand.label!r} at {j.tokens} tokens ({j.metric}): stack {j.stack:.3f} -> "
                  f"{j.candidate:.3f} ms ({j.delta_pct:+.1f}%, noise {j.noise_band_pct:.1f}%): {j.verdict}",
             kind="measurement")
-    ruling = rule_on_timing(judged, cuda=plan.device.startswith("cuda"))
+    ruling = rule_on_timing(judged, cuda=cuda)
     if not ruling["ok"]:
         return reject(ctx, cand, ruling["reason"], numbers=numbers)
     return PhaseResult(outcome="passed", summary=f"confirm: {ruling['reason']}", data={**numbers, "ruling": ruling})
@@ -105,6 +106,6 @@ def rule_on_timing(judged: Sequence[Judgement], *, cuda: bool) -> dict[str, Any]
         ok = wins >= majority
         reason = f"wins at {wins} of {len(judged)} token counts (needs {majority}, CUDA events)"
         return {"ok": ok, "wins": wins, "losses": losses, "reason": reason if ok else "timing: only " + reason}
-    reason = (f"host timer (no CUDA device): timing does not gate; indicative only: {wins} win(s), "
-              f"{losses} loss(es) of {len(judged)} token counts")
+    reason = (f"host timer (no CUDA device): timing does not gate and names no win or loss; the deltas at "
+              f"{len(judged)} token counts are indicative")
     return {"ok": True, "wins": wins, "losses": losses, "reason": reason}
