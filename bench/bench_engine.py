@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import events as ev  # noqa: E402
-from orchestrator.store import RunStore  # noqa: E402
+from orchestrator.trail import events as ev  # noqa: E402
+from orchestrator.trail.store import RunStore  # noqa: E402
 
 
 def wall(command: list[str], *, repeat: int) -> list[float]:

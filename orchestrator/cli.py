@@ -28,7 +28,7 @@ class _Settings:
         self.debug = debug or os.environ.get("ORCHESTRATOR_DEBUG") == "1"
 
     def store(self) -> Any:
-        from orchestrator.store import RunStore
+        from orchestrator.trail.store import RunStore
 
         return RunStore(self.state_dir)
 
@@ -252,7 +252,7 @@ def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], resul
 def status_cmd(settings: _Settings, run_id: str | None) -> int:
     """Show one run, or all runs."""
     from orchestrator.render import emit_json, status_text, status_view
-    from orchestrator.snapshot import exit_code_for
+    from orchestrator.trail.snapshot import exit_code_for
 
     if run_id is None:
         return _print_runs(settings)
@@ -319,7 +319,7 @@ def show_cmd(settings: _Settings, run_id: str, last_events: int) -> int:
 @click.option("--no-anchor", is_flag=True, help="Skip the anchor check (a run copied from another machine).")
 def audit_cmd(settings: _Settings, run_id: str, schema: bool, no_anchor: bool) -> int:
     """Verify RUN's trail: hash chain, anchor, meaning, run.json, artifacts, workflow rules (and schema)."""
-    from orchestrator.audit import audit_run
+    from orchestrator.trail.audit import audit_run
     from orchestrator.render import emit_json
     from orchestrator.workflow import load_workflow
 

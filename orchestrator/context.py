@@ -13,8 +13,8 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel
 
-from orchestrator import events as ev
-from orchestrator.store import OpenRun
+from orchestrator.trail import events as ev
+from orchestrator.trail.store import OpenRun
 from orchestrator.templates_dir import templates_dir
 from orchestrator.worker import failure, run_worker
 

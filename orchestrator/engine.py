@@ -16,12 +16,12 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from orchestrator import events as ev
+from orchestrator.trail import events as ev
 from orchestrator.context import EngineContext, json_safe
 from orchestrator.answers import validate_answer
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunFinished, UsageError, WorkerFailed
-from orchestrator.snapshot import TERMINAL, exit_code_for
-from orchestrator.store import OpenRun, RunStore, new_run_id
+from orchestrator.trail.snapshot import TERMINAL, exit_code_for
+from orchestrator.trail.store import OpenRun, RunStore, new_run_id
 from orchestrator.waivers import apply_waivers, validate_waiver, waived_codes
 from orchestrator.workflow import DONE, Workflow, load_workflow
 

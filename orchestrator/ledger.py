@@ -143,7 +143,7 @@ def measure_patch(ctx: Any, policy: Any, *, label: str, patch_id: str) -> dict[s
 
 def revert_patches(run_id: str, *, store: Any, actor: str = "human", tool_call_id: str | None = None) -> Any:
     from orchestrator.engine import Outcome, refuse_terminal, patch_context
-    from orchestrator.snapshot import exit_code_for
+    from orchestrator.trail.snapshot import exit_code_for
     from orchestrator.workflow import load_workflow
 
     with store.open_run(run_id) as run:

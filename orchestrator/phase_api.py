@@ -168,7 +168,7 @@ class PhaseContext(Protocol):
         """Render a jinja2 template shipped with the workflow (StrictUndefined)."""
 
     def record(self, event_type: str, **data: Any) -> None:
-        """Append a typed event of ``orchestrator.events`` by its type name (e.g. "patch_applied")."""
+        """Append a typed event of ``orchestrator.trail.events`` by its type name (e.g. "patch_applied")."""
 
     def add_record(self, kind: str, record: dict[str, Any]) -> None:
         """Append a workflow-specific record (e.g. kind "gap_row"); the snapshot lists them by kind."""

@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from orchestrator.events import DATA_TYPES, Event
-from orchestrator.snapshot_schema import RunSnapshot
+from orchestrator.trail.events import DATA_TYPES, Event
+from orchestrator.trail.snapshot_schema import RunSnapshot
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "state" / "schemas"
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from orchestrator.agent.driver import AgentApiError, drive
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, cli
 from tests.test_agent_tools import AGENT_TOY_REF, Caller, run_to_fix
 

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator import engine
 from orchestrator.agent.tools import TOOLS
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, cli
 from tests.test_agent_tools import AGENT_TOY_REF
 

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator import engine
 from orchestrator.agent.driver import drive
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import cli
 from tests.test_agent_driver import ScriptedModel, assert_secret_absent
 

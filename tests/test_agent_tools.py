@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.agent import files
 from orchestrator.agent.tools import TOOLS, call_tool
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, TOY, cli
 from tests.toyflow import WORKFLOW as _TOY
 

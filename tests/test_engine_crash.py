@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from orchestrator import engine
-from orchestrator.audit import audit_run
-from orchestrator.store import RunStore
+from orchestrator.trail.audit import audit_run
+from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, cli
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator import engine, ledger
-from orchestrator.audit import audit_run
+from orchestrator.trail.audit import audit_run
 from orchestrator.errors import UsageError
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import make_repo
 
 
@@ -103,7 +103,7 @@ def test_killed_run_with_an_open_patch_reverts_it_on_the_next_advance(target, st
     store, run_id = start(target, state_dir)
     ledger.submit_patch(run_id, diff=diff_for(target, "core/value.txt", "half\n"), label="half", store=store)
     with store.open_run(run_id) as run:  # what a kill -9 mid-phase leaves: phase_started, no completion
-        from orchestrator import events as ev
+        from orchestrator.trail import events as ev
 
         run.append(ev.PhaseStarted(attempt=run.state["attempts"]["probe"] + 1), phase="probe")
     outcome = engine.advance(run_id, store=store)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import engine
-from orchestrator.audit import audit_run
-from orchestrator.events import GENESIS_HASH, canonical_json
-from orchestrator.snapshot import replay
-from orchestrator.store import RunStore
+from orchestrator.trail.audit import audit_run
+from orchestrator.trail.events import GENESIS_HASH, canonical_json
+from orchestrator.trail.snapshot import replay
+from orchestrator.trail.store import RunStore
 
 
 @pytest.fixture

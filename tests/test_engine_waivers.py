@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import engine
 from orchestrator.errors import BadAnswer
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import cli
 
 
@@ -51,7 +51,7 @@ def test_waivers_are_refused_without_reason_for_agents_and_for_unknown_codes(tmp
 
 
 def test_audit_finds_a_waiver_forged_as_the_agent(tmp_path: Path, toy_repo: Path) -> None:
-    from orchestrator.audit_meaning import check_meaning
+    from orchestrator.trail.audit_meaning import check_meaning
     from orchestrator.workflow import load_workflow
 
     store = RunStore(tmp_path / "state")

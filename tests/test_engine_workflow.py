@@ -50,8 +50,8 @@ def test_committed_schemas_are_current():
 
 
 def test_plain_dict_snapshot_matches_its_documented_model():
-    from orchestrator.snapshot import empty_state
-    from orchestrator.snapshot_schema import RunSnapshot
+    from orchestrator.trail.snapshot import empty_state
+    from orchestrator.trail.snapshot_schema import RunSnapshot
 
     documented = RunSnapshot(run_id="r", workflow="", target="", phase="").model_dump(mode="json")
     assert empty_state("r") == documented

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import engine
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests import moe_reference_fixes as fixes
 
 pytestmark = pytest.mark.slow

@@ -185,7 +185,7 @@ def test_audit_rule_holds_every_passed_row_to_the_skill() -> None:
 def test_accepting_unrun_rows_up_front_is_a_persons_start_option_only(tmp_path: Path) -> None:
     """``--unrun-rows accept`` answers the parallelism question ahead of time, like --branch/--commit."""
     from orchestrator import engine
-    from orchestrator.store import RunStore
+    from orchestrator.trail.store import RunStore
 
     store = RunStore(tmp_path / "state")
     with pytest.raises(UsageError, match="unrun_rows"):

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, cli, make_repo
 from tests.test_agent_mcp import call
 from tests.test_agent_tools import AGENT_TOY_REF

@@ -19,8 +19,8 @@ import git
 import pytest
 
 from orchestrator import engine
-from orchestrator import events as ev
-from orchestrator.store import RunStore
+from orchestrator.trail import events as ev
+from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, cli, make_repo
 from tests.reliability_kit import alive, cli_proc, events, kill_group, wait_for, worker_pids
 
@@ -67,8 +67,9 @@ def test_kill_9_at_random_points_of_advance(tmp_path: Path) -> None:
 
 CRASH_WRITE = """
 import os, sys
-from orchestrator import engine, events as ev
-from orchestrator.store import RunStore
+from orchestrator import engine
+from orchestrator.trail import events as ev
+from orchestrator.trail.store import RunStore
 
 real = os.write
 mode = sys.argv[3]

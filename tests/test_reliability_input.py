@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator import engine
-from orchestrator.store import RunStore
+from orchestrator.trail.store import RunStore
 from tests.conftest import TOY, make_repo
 from tests.reliability_kit import json_error, one_line_error, run_bytes, tree_listing
 

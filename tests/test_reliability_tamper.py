@@ -16,10 +16,10 @@ from typing import Any, Callable
 import pytest
 
 from orchestrator import engine
-from orchestrator.anchor import Head, anchor_path, write_anchor
-from orchestrator.chain import GENESIS_HASH, chain_hash
-from orchestrator.snapshot import replay
-from orchestrator.store import RunStore
+from orchestrator.trail.anchor import Head, anchor_path, write_anchor
+from orchestrator.trail.chain import GENESIS_HASH, chain_hash
+from orchestrator.trail.snapshot import replay
+from orchestrator.trail.store import RunStore
 from tests.conftest import cli, make_repo
 from tests.reliability_kit import events
 

@@ -108,7 +108,7 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
 
 def _act_recorded(name: str, arguments: dict[str, Any], *, run_id: str, env: ToolEnv) -> ToolResult:
     """Hold the run's lock across the action and its record: recorded, or refused as busy before acting."""
-    from orchestrator import events as ev
+    from orchestrator.trail import events as ev
     from orchestrator.errors import RunNotFound
 
     try:
@@ -141,7 +141,7 @@ def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResu
 def record_action(store: Any, run_id: str, *, tool: str, call_id: str, arguments: dict[str, Any],
                   outcome: str, wait_s: float = 10.0) -> None:
     """Append AgentActed under the run's lock (waiting briefly when a CLI holds it)."""
-    from orchestrator import events as ev
+    from orchestrator.trail import events as ev
     from orchestrator.errors import RunNotFound
 
     deadline = time.monotonic() + wait_s
@@ -210,7 +210,7 @@ def list_runs(args: ListRunsArgs, env: ToolEnv) -> ToolResult:
 
 
 def read_artifact(args: ReadArtifactArgs, env: ToolEnv) -> ToolResult:
-    from orchestrator.store import ARTIFACTS, check_artifact_name
+    from orchestrator.trail.store import ARTIFACTS, check_artifact_name
 
     state = env.store.read_state(args.run_id)
     name = check_artifact_name(args.name)
@@ -284,7 +284,7 @@ def revert_patches(args: RevertPatchesArgs, env: ToolEnv) -> ToolResult:
 
 
 def note(args: NoteArgs, env: ToolEnv) -> ToolResult:
-    from orchestrator import events as ev
+    from orchestrator.trail import events as ev
 
     with env.store.open_run(args.run_id) as run:
         event = run.append(ev.NoteAdded(kind=args.kind, text=args.text), actor="agent", phase=run.state["phase"])
@@ -292,7 +292,7 @@ def note(args: NoteArgs, env: ToolEnv) -> ToolResult:
 
 
 def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
-    from orchestrator import events as ev
+    from orchestrator.trail import events as ev
     from orchestrator.workflow import load_workflow
 
     with env.store.open_run(args.run_id) as run:

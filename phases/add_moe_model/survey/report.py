@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store import atomic_write
+from orchestrator.trail.store import atomic_write
 
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the skill's tiers, as in work/numerics.py (which imports no torch either)
 COLUMNS = ("Model type", "Outcome", "Tier", "KL (bf16)", "KL fp64", "Spread", "KL (fp32 diag)", "Run", "Reasons")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.errors import RunFinished, UsageError
-from orchestrator.store import RunStore, atomic_write
+from orchestrator.trail.store import RunStore, atomic_write
 from phases.add_moe_model.survey.outcome import OUTCOMES, UNSUPPORTED_CODES, SurveyRow, row_from_run
 
 WORKFLOW = "add-moe-model"

@@ -129,7 +129,7 @@ class AnchorWriter:
         record = record.ljust(RECORD_BYTES)
         if self._fd is None:
             if not self.path.exists():
-                from orchestrator.store import atomic_write
+                from orchestrator.trail.store import atomic_write
 
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 atomic_write(self.path, record)

@@ -168,7 +168,7 @@ _CHECKS = {
 
 def check_anchor(run_dir: Path, events: list[dict[str, Any]], torn: bool) -> list[tuple[int | None, str]]:
     """The log's head against the signed anchor outside the state dir."""
-    from orchestrator.anchor import AnchorError, Head, read_anchor
+    from orchestrator.trail.anchor import AnchorError, Head, read_anchor
 
     try:
         anchor = read_anchor(run_dir.name, events[0]["hash"])

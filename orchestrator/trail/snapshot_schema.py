@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION
+from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION
 
 Status = Literal["running", "waiting", "failed", "done", "aborted"]
 

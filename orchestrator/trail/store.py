@@ -2,8 +2,8 @@
 
 Layout: ``<state>/runs/<run_id>/{events.jsonl, run.json, artifacts/, .lock}``.
 Writers hold the run's file lock (``RunStore.open_run``), which verifies the log first
-(``orchestrator.verify``); readers never take it and never verify. Each write signs the new
-head outside the state dir (``orchestrator.anchor``), then appends and fsyncs its lines
+(``orchestrator.trail.verify``); readers never take it and never verify. Each write signs the new
+head outside the state dir (``orchestrator.trail.anchor``), then appends and fsyncs its lines
 before the engine acts on them; run.json is rewritten atomically (temp file, fsync, rename)
 when a writer flushes or closes. A reader that finds run.json behind the log replays the
 log, so a crash between the two loses nothing.
@@ -25,11 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from orchestrator.anchor import AnchorWriter, Head
-from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION, chain_hash
+from orchestrator.trail.anchor import AnchorWriter, Head
+from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION, chain_hash
 from orchestrator.errors import RunBusy, RunNotFound, TrailCorrupt, UsageError
-from orchestrator.snapshot import apply_event, empty_state, replay
-from orchestrator.trail_io import last_line, parse_trail
+from orchestrator.trail.snapshot import apply_event, empty_state, replay
+from orchestrator.trail.trail_io import last_line, parse_trail
 
 EVENTS = "events.jsonl"
 SNAPSHOT = "run.json"
@@ -70,7 +70,7 @@ def check_artifact_name(name: str) -> str:
 class OpenRun:
     """A run opened for writing. Only ``RunStore.open_run`` makes one (lock held).
 
-    Every write is one group commit: the anchor (``orchestrator.anchor``) first, then the
+    Every write is one group commit: the anchor (``orchestrator.trail.anchor``) first, then the
     lines in one ``write`` and one fsync. SIGINT/SIGTERM are held off while a write is in
     progress, so the in-memory state and the log never part.
     """
@@ -264,7 +264,7 @@ class RunStore:
         """
         import filelock
 
-        from orchestrator.verify import open_verified
+        from orchestrator.trail.verify import open_verified
 
         held = self._held()
         if run_id in held:

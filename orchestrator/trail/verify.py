@@ -3,7 +3,7 @@
 ``open_verified`` (called by ``RunStore.open_run`` under the run's lock):
 
 1. every complete line is intact (seq, prev_hash, run_id, hash recomputed from the raw line);
-2. the anchor outside the state dir (``orchestrator.anchor``) verifies and names the log's head;
+2. the anchor outside the state dir (``orchestrator.trail.anchor``) verifies and names the log's head;
    when it names one write further, that write never fully landed (killed mid-write): its
    lines and any torn bytes are cut off and a ``trail_repaired`` event records what was lost;
 3. run.json equals the fold of the events up to the seq it claims (it may lag after a crash,
@@ -20,16 +20,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.anchor import Anchor, AnchorError, Head, read_anchor
-from orchestrator.chain import verified_prefix
+from orchestrator.trail.anchor import Anchor, AnchorError, Head, read_anchor
+from orchestrator.trail.chain import verified_prefix
 from orchestrator.errors import TrailCorrupt
-from orchestrator.snapshot import apply_event, empty_state
-from orchestrator.trail_io import parse_lines, read_raw, split_lines
+from orchestrator.trail.snapshot import apply_event, empty_state
+from orchestrator.trail.trail_io import parse_lines, read_raw, split_lines
 
 
 def open_verified(run_dir: Path) -> Any:
-    from orchestrator import events as ev
-    from orchestrator.store import EVENTS, OpenRun
+    from orchestrator.trail import events as ev
+    from orchestrator.trail.store import EVENTS, OpenRun
 
     run_id = run_dir.name
     path = run_dir / EVENTS
@@ -77,7 +77,7 @@ def _kept_events(events: list[dict[str, Any]], torn: bytes, anchor: Anchor, run_
 
 
 def _fold_checking_snapshot(events: list[dict[str, Any]], run_dir: Path, run_id: str) -> dict[str, Any]:
-    from orchestrator.store import SNAPSHOT
+    from orchestrator.trail.store import SNAPSHOT
 
     try:
         stored = json.loads((run_dir / SNAPSHOT).read_bytes())

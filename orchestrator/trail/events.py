@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION, canonical_json, chain_hash
+from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION, canonical_json, chain_hash
 
 Actor = Literal["engine", "agent", "human"]
 __all__ = ["GENESIS_HASH", "SCHEMA_VERSION", "canonical_json", "chain_hash"]

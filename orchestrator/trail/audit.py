@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.chain import GENESIS_HASH, chain_hash, verified_prefix
-from orchestrator.snapshot import replay
-from orchestrator.store import ARTIFACTS, EVENTS, SNAPSHOT
+from orchestrator.trail.chain import GENESIS_HASH, chain_hash, verified_prefix
+from orchestrator.trail.snapshot import replay
+from orchestrator.trail.store import ARTIFACTS, EVENTS, SNAPSHOT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,7 +47,7 @@ def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: boo
 
 
 def _audit(run_dir: Path, *, rules: dict[str, Any], schema: bool, workflow: Any, anchor: bool) -> list[Finding]:
-    from orchestrator.audit_meaning import check_anchor, check_meaning
+    from orchestrator.trail.audit_meaning import check_anchor, check_meaning
 
     lines, events, findings = _parse_lines(run_dir / EVENTS)
     if findings:
@@ -135,7 +135,7 @@ def check_chain(events: list[dict[str, Any]], *, run_id: str, lines: list[bytes]
 def check_schema(events: list[dict[str, Any]]) -> list[Finding]:
     from pydantic import ValidationError
 
-    from orchestrator.events import EVENT_ADAPTER
+    from orchestrator.trail.events import EVENT_ADAPTER
 
     findings = []
     for event in events:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from orchestrator.chain import GENESIS_HASH, SCHEMA_VERSION
+from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION
 from orchestrator.errors import EXIT_AGENT, EXIT_FAILED, EXIT_HUMAN, EXIT_OK
 
 TERMINAL: frozenset[str] = frozenset({"done", "aborted"})

@@ -1,0 +1,1 @@
+"""The run's trail: the hash-chained event log, its anchor, the snapshot, and the checks that read them."""
