@@ -108,7 +108,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     # the stack's own code: per-layer compile of main vs the region stack vs per-layer compile of the rewrite
     (code,) = snapshot["records"]["stack_code"]
     assert code["commit"] == entry["commit"] and [t["tokens"] for t in code["per_tokens"]] == [16]
-    assert all(code["per_tokens"][0][k] for k in ("per_layer_main", "regions_stack", "per_layer_stack"))
+    assert all(code["per_tokens"][0][k] for k in ("upstream_main", "per_layer_main", "regions_stack",
+                                                  "per_layer_stack"))
     assert "the rewrites move per-layer compile's glue" in code["per_tokens"][0]["reading"]
     assert {o["region"] for o in code["ops"]} >= {"router", "swiglu"}
     assert {o["region"] for o in code["ops"] if o["compiled"]} == {"router", "swiglu"}

@@ -121,9 +121,11 @@ def test_timing_ruling_differs_on_gpu_and_host_timer():
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_reports_on_a_host_timer_call_nothing_a_win(device):
-    """The H200 trail's stack entry re-judged as a host timer would judge it: the findings and PR say indicative."""
+    """The H200 trail's stack entry re-judged as a host timer would judge it: the findings and PR say indicative.
+    The findings' comparisons are the interleaved stack_code rows; the baselines phase's rows are context only."""
     from orchestrator.context import render_template
     from phases.local_compile_perf.records import Cell
+    from phases.local_compile_perf.findings import side_by_side
     from phases.local_compile_perf.screen_confirm import cell, judge
 
     run = json.loads(next((ROOT / "bench/results/2026-11-30-lcp-h200/runs").glob("*/run.json")).read_text())
@@ -134,15 +136,23 @@ def test_reports_on_a_host_timer_call_nothing_a_win(device):
               for t in plan["sizes"]["tokens"]]
     entry = {**entry, "judged": judged}
     up = {"wall_ms": 40.0, "glue_ms": 6.0}
-    per_tokens = [{"tokens": t, "upstream": up, "stack": {"wall_ms": 30.0, "glue_ms": 4.0}, "eager": up,
-                   "per_layer": up, "glue_beats_per_layer": True} for t in plan["sizes"]["tokens"]]
-    summary = {"plan": plan, "entries": [entry], "per_tokens": per_tokens, "rejected": [], "limits": [],
+    code = {"per_tokens": [{"tokens": t, "upstream_main": up, "per_layer_main": up, "per_layer_stack": up,
+                            "regions_stack": {"wall_ms": 30.0, "glue_ms": 4.0}} for t in plan["sizes"]["tokens"]]}
+    other_session = {"wall_ms": 99.0, "glue_ms": 9.0}
+    baselines = [{"tokens": t, "eager": other_session, "upstream": other_session, "per_layer": None}
+                 for t in plan["sizes"]["tokens"]]
+    summary = {"plan": plan, "entries": [entry], "per_tokens": side_by_side(code), "baselines": baselines,
+               "rejected": [], "limits": [],
                "not_tested": ["x"], "feedback": [], "linear": True, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "x"},
                "rewrite_deltas": []}
     findings = render_template("local_compile_perf", "findings.md.j2", s=summary)
     pr = render_template("local_compile_perf", "pr.md.j2", s=summary, e=entry, findings=findings)
     assert lint_pr_text(pr) == []
     tldr = pr.split("\n", 1)[0]
+    compared = [line for line in findings.splitlines() if "->" in line and "tokens" in line and "stack/" not in line]
+    assert compared and all("99.000" not in line for line in compared)
+    assert "2048 tokens: upstream regions on main -> stack wall 40.000 -> 30.000 ms (-25.0%)" in findings
+    assert "2048 tokens: eager 99.000, upstream 99.000, per-layer n/a" in findings
     if device == "cpu":
         for text in (findings, pr):
             assert "indicative" in text and "HBM" not in text and "beats" not in text

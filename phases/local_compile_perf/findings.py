@@ -17,7 +17,7 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.devlog import log, renders_devlog
 from phases.local_compile_perf.pr_lint import lint_pr_text
-from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.records import Baselines, Plan
 from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas
 from phases.local_compile_perf.skill_feedback import collect_feedback
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
@@ -29,27 +29,34 @@ NOT_TESTED = ("best-known kernels (overrides, quack, Liger, TE, FA4) were not be
               "cold compile with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1")
 
 
+def side_by_side(stack_code: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The headline rows: main's upstream regions, per-layer compile of main and the stack, from one interleaved
+    measurement (the stack_code record), per per-layer token count; empty without a stack."""
+    rows = []
+    for t in (stack_code or {}).get("per_tokens", []):
+        stack, per_layer = t["regions_stack"], t["per_layer_main"]
+        rows.append({"tokens": t["tokens"], "upstream": t.get("upstream_main"), "stack": stack,
+                     "per_layer": per_layer, "glue_beats_per_layer": bool(stack and per_layer)
+                     and stack["glue_ms"] < per_layer["glue_ms"]})
+    return rows
+
+
 def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     """Everything the findings doc and the PR texts cite, from the trail (and the stack code's measurement)."""
     plan, entries = ctx.result("plan", Plan), stack_entries(ctx.state)
     baselines = ctx.result("baselines", Baselines).rows
-    final_rows = [Cell.model_validate(r) for r in entries[-1]["confirm_rows"]] if entries else []
     bandwidth = ctx.results["ideal_times"]["bandwidth"]
     stack_code = measure_stack_code(ctx, plan, entries[-1]["commit"], bandwidth["tbs"]) if entries else None
     deltas = [d for e in entries if (d := measure_rewrite_deltas(ctx, plan, e))]
-    per_tokens = []
-    for t in plan.tokens:
-        up, final = measured(baselines, "upstream", t), measured(final_rows, "candidate", t)
-        eager, per_layer = measured(baselines, "eager", t), measured(baselines, "per_layer", t)
-        per_tokens.append({"tokens": t, "upstream": up and up.cited, "stack": final and final.cited,
-                           "eager": eager and eager.cited, "per_layer": per_layer and per_layer.cited,
-                           "glue_beats_per_layer": bool(final and per_layer) and
-                           final.cited["glue_ms"] < per_layer.cited["glue_ms"]})
+    per_tokens = side_by_side(stack_code)
+    context = [{"tokens": t, **{v: (c.cited if (c := measured(baselines, v, t)) else None)
+                                for v in ("eager", "upstream", "per_layer")}} for t in plan.tokens]
     rejected = [v for v in ctx.state["records"].get("candidate_verdict", []) if v["verdict"] == "rejected"]
     limits = [v for v in rejected if v["phase"] == "graph_budget"
               and (v["numbers"].get("limit_hit") or not v["numbers"])]
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
-    return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "rejected": rejected, "limits": limits,
+    return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context, "rejected": rejected,
+            "limits": limits,
             "not_tested": NOT_TESTED, "feedback": collect_feedback(ctx), "linear": linear, "runs": plan.sizes.runs,
             "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
             "rewrite_deltas": deltas}
