@@ -257,7 +257,7 @@ def test_gpt_oss_synthetic_rule_sdpa_is_an_error_raised_in_transformers_for_a_pe
     assert r["status"] == "ERROR" and "scaled_dot_product_attention" in r["error"], r
     decided = phase.decide([CompareResult.model_validate(r)])
     assert decided.outcome == "needs_human", decided
-    assert [i.code for i in decided.issues] == ["raised_in_transformers"], decided.issues
+    assert "raised_in_transformers" in {i.code for i in decided.issues}, decided.issues
 
 
 @pytest.mark.slow
