@@ -156,10 +156,10 @@ def read_results(state: dict[str, Any], directory: Path) -> Any:
     return resolve_ref(spec.results)(state, Path(directory))
 
 
-def record_handback(run: OpenRun, handback: Any, *, templates: str) -> None:
-    """Artifacts, records and a note of a hand-back, all as the human's."""
+def record_handback(run: OpenRun, handback: Any, *, templates: str, actor: str = "human") -> None:
+    """Artifacts, records and a note of a hand-back, all as ``actor``'s (the engine's for a cluster job's)."""
     ctx = EngineContext(run, phase=run.state["phase"], templates=templates, timeout_s=0,
-                        on_progress=lambda _m: None, actor="human")
+                        on_progress=lambda _m: None, actor=actor)
     for name, content in handback.artifacts.items():
         ctx.write_artifact(name, content)
     for kind, record in handback.records:
@@ -170,8 +170,13 @@ def record_handback(run: OpenRun, handback: Any, *, templates: str) -> None:
 def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") -> Outcome:
     if not reason.strip():
         raise UsageError("abort needs --reason TEXT: the trail must say why the run stopped")
+    from orchestrator.jobs import cancel_open
+
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
+        cancelled = cancel_open(run.state)
+        if cancelled:
+            run.append(ev.NoteAdded(kind="engine", text=f"scancel of the run's job(s) {', '.join(cancelled)}"))
         run.append(ev.RunAborted(reason=reason), actor=actor)
         return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK)
 
@@ -242,6 +247,13 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
         if state["pending"] and state["awaiting"] == "human":
             messages.append("waiting for a human: " + ", ".join(q["key"] for q in state["pending"]))
             break
+        if state["awaiting"] == "job":
+            from orchestrator.jobs import collect
+
+            still = collect(run, workflow)
+            if still:
+                messages.append(still)
+                break
         if not _guards_hold(run, workflow):
             break
         if max_phases is not None and done >= max_phases:

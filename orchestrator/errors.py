@@ -13,6 +13,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_HUMAN = 3
 EXIT_AGENT = 4
+EXIT_JOB = 5
 
 
 class OrchestratorError(Exception):

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 M = TypeVar("M")
 
-Outcome = Literal["passed", "needs_agent", "needs_human", "failed"]
+Outcome = Literal["passed", "needs_agent", "needs_human", "waiting_job", "failed"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,7 +63,9 @@ class PhaseResult:
 
     Attributes:
         outcome: passed (take ``route``), needs_agent (exit 4), needs_human (exit 3,
-            ``questions`` required), failed (exit 1).
+            ``questions`` required), waiting_job (exit 5: cluster jobs recorded with
+            ``orchestrator.jobs`` run; the engine polls them and re-runs the phase when
+            they end), failed (exit 1).
         summary: one line for ``status``.
         data: JSON-able findings, kept in the trail and visible to later phases as
             ``ctx.results[phase]``.

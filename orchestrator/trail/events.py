@@ -75,7 +75,7 @@ class PhaseInterrupted(_Data):
 class PhaseCompleted(_Data):
     type: Literal["phase_completed"] = "phase_completed"
     attempt: int
-    outcome: Literal["passed", "needs_agent", "needs_human", "failed"]
+    outcome: Literal["passed", "needs_agent", "needs_human", "waiting_job", "failed"]
     summary: str
     """One line for status."""
     data: dict[str, Any] = Field(default_factory=dict)

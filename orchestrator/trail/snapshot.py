@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION
-from orchestrator.errors import EXIT_AGENT, EXIT_FAILED, EXIT_HUMAN, EXIT_OK
+from orchestrator.errors import EXIT_AGENT, EXIT_FAILED, EXIT_HUMAN, EXIT_JOB, EXIT_OK
 
 TERMINAL: frozenset[str] = frozenset({"done", "aborted"})
 
@@ -47,6 +47,9 @@ def _phase_completed(s: dict[str, Any], d: dict[str, Any], ev: dict[str, Any]) -
     elif outcome == "needs_human":
         s["results"][ev["phase"]] = d.get("data", {})
         s["status"], s["awaiting"] = "waiting", "human"
+    elif outcome == "waiting_job":
+        s["results"][ev["phase"]] = d.get("data", {})
+        s["status"], s["awaiting"] = "waiting", "job"
     else:
         s["status"], s["awaiting"] = "failed", None
 
@@ -172,11 +175,13 @@ def replay(events: Iterable[dict[str, Any]], *, run_id: str) -> dict[str, Any]:
 
 
 def exit_code_for(state: dict[str, Any]) -> int:
-    """Exit code of a run's state: 0 done/progressed, 1 failed or rule broken, 3 human, 4 agent."""
+    """Exit code of a run's state: 0 done/progressed, 1 failed or rule broken, 3 human, 4 agent, 5 a cluster job."""
     if state["violations"] or state["status"] == "failed":
         return EXIT_FAILED
     if state["awaiting"] == "human":
         return EXIT_HUMAN
     if state["awaiting"] == "agent":
         return EXIT_AGENT
+    if state["awaiting"] == "job":
+        return EXIT_JOB
     return EXIT_OK

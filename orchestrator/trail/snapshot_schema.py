@@ -28,7 +28,7 @@ class RunSnapshot(BaseModel):
     phase: str
     """Current state of the machine: a phase name, or "done"."""
     status: Status = "running"
-    awaiting: Literal["human", "agent"] | None = None
+    awaiting: Literal["human", "agent", "job"] | None = None
     pending: list[dict[str, Any]] = Field(default_factory=list)
     """Unanswered questions: key, prompt, choices, answer_schema, human_only."""
     issues: list[dict[str, Any]] = Field(default_factory=list)

@@ -11,6 +11,8 @@
    - runs when the visible GPUs allow it: PASS on exit 0, else FAIL with the log's error
      and a diagnosed root cause (an undiagnosed or experiment-code cause is the agent's);
    - cannot run here and the torch probe already fails: FAIL with the torch root cause;
+   - cannot run here, ``--executor slurm``: one cluster job each (``parallel_jobs``), WAITING
+     until the engine sees it end and hands its logs back through ``take_results``;
    - cannot run here otherwise: UNRUN. Never PASS, never dropped: the phase asks a human to
      run ``parallelism/sbatch.sh`` elsewhere and hand the logs back
      (``orchestrator resume RUN --results DIR``, read by ``take_results``), or to accept the
@@ -31,6 +33,7 @@ from orchestrator.phase_api import HandBack, Issue, PhaseContext, PhaseResult, Q
 from phases.add_moe_model.parallel_matrix import (
     Row, TrainerPaths, base_record, matrix, row_from_run, torch_root_cause, trainer_command,
 )
+from phases.add_moe_model.parallel_jobs import WAITING, job_row, waiting_summary
 from phases.add_moe_model.records import Synthetic
 
 BUILD_CHECK = "phases.add_moe_model.work.build_check:build_check"
@@ -111,6 +114,8 @@ def settle_row(ctx: PhaseContext, row: Row, paths: TrainerPaths, *, python: str,
     if row.world_size > 1 and not fsdp["ok"]:
         return {**base_record(row, shown), "status": "FAIL", "error": f"not run here ({where}); "
                 f"the FSDP probe fails: {fsdp['error']}", "root_cause": torch_root_cause(fsdp), "fixable": False}
+    if ctx.options.get("executor") == "slurm":
+        return job_row(ctx, row, shown, script=lambda: job_script(ctx, paths, [row], python=python))
     return {**base_record(row, shown), "status": "UNRUN", "error": where, "root_cause": ""}
 
 
@@ -144,6 +149,8 @@ def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
                                   "is not at fault)") for r in data["build_check"] if unknown_api(r)]
     if unknown:
         return PhaseResult(outcome="failed", summary=summary, data=data, issues=tuple(unknown))
+    if any(r["status"] == WAITING for r in rows):
+        return PhaseResult(outcome="waiting_job", summary=waiting_summary(rows), data=data)
     issues = [Issue(code="module_without_sharding_config",
                     message=f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r['error'] or ''} "
                             f"unsharded: {', '.join(r['unsharded_modules']) or '-'}",

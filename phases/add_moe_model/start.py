@@ -21,6 +21,7 @@ CHECK = "phases.add_moe_model.work.preflight:check_target"
 
 
 def prepare(options: Any, state_dir: str) -> Prepared:
+    slurm = executor_settings(options)
     try:
         source = resolve_model_source(options.model)
     except ModelSourceError as exc:
@@ -36,9 +37,21 @@ def prepare(options: Any, state_dir: str) -> Prepared:
         raise
     chosen = (("branch", options.branch), ("commit", options.commit), ("unrun_rows", options.unrun_rows))
     answers = {k: v for k, v in chosen if v}
-    recorded = {**options.model_dump(), "target": str(target), "model_id": source.model_id,
+    recorded = {**options.model_dump(), **slurm, "target": str(target), "model_id": source.model_id,
                 "model_type": source.model_type, "embedded": embedded}
     return Prepared(target=str(target), options=recorded, answers=answers)
+
+
+def executor_settings(options: Any) -> dict[str, str]:
+    """``--executor slurm``: the SLURM settings as resolved now (options, then environment), checked with
+    the cluster before anything is made; refused in one line."""
+    from orchestrator import cluster
+
+    if options.executor != "slurm":
+        return {}
+    settings = cluster.settings_from(options.model_dump())
+    cluster.check_ready(settings)
+    return {f"slurm_{name}": getattr(settings, name) for name in cluster.SETTINGS}
 
 
 def check_checkout(target: Path) -> None:

@@ -51,6 +51,14 @@ class Options(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     python: str | None = None
     """Interpreter of the target's environment (default: this one)."""
+    executor: Literal["local", "slurm"] = "local"
+    """Where the parallelism rows this machine cannot run go: ``slurm`` submits each as a cluster job."""
+    slurm_partition: str | None = None
+    """SLURM settings (else ORCHESTRATOR_SLURM_PARTITION, _ACCOUNT, _TIME, _SBATCH_ARGS; else the cluster's
+    defaults); recorded at start, checked with ``sbatch --test-only``."""
+    slurm_account: str | None = None
+    slurm_time: str | None = None
+    slurm_sbatch_args: str | None = None
 
 
 WORKFLOW = Workflow(

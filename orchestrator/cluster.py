@@ -1,0 +1,130 @@
+"""SLURM through its own commands (``sbatch``, ``squeue``, ``scancel``): settings, checks, submit, one poll.
+
+Knows nothing of workflows: a job is a key (its ``--job-name``), a script, a results folder and a
+GPU count. Settings come from options, else the environment (``ORCHESTRATOR_SLURM_PARTITION``,
+``_ACCOUNT``, ``_TIME``, ``_SBATCH_ARGS``); nothing about a cluster is built in. Jobs are found by
+key, never by id alone: ids restart when a controller starts with empty state.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UsageError
+
+COMMANDS = ("sbatch", "squeue", "scancel")
+ENV = "ORCHESTRATOR_SLURM_"
+SETTINGS = ("partition", "account", "time", "sbatch_args")
+LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                  "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "PREEMPTED"})
+"""squeue states of a job that may still write results (PREEMPTED jobs are requeued)."""
+TIMEOUT_S = 60
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    partition: str = ""
+    account: str = ""
+    time: str = ""
+    sbatch_args: str = ""
+    """Extra ``sbatch`` arguments, shell words (e.g. ``--qos=short --constraint=h100``)."""
+
+    def args(self) -> list[str]:
+        chosen = [f"--partition={self.partition}" if self.partition else "",
+                  f"--account={self.account}" if self.account else "", f"--time={self.time}" if self.time else ""]
+        return [a for a in chosen if a] + shlex.split(self.sbatch_args)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobState:
+    job_id: str
+    state: str
+    reason: str
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+
+def settings_from(options: dict[str, Any]) -> Settings:
+    """``slurm_<name>`` options first, then ``ORCHESTRATOR_SLURM_<NAME>``."""
+    return Settings(**{name: options.get(f"slurm_{name}") or os.environ.get(ENV + name.upper(), "")
+                       for name in SETTINGS})
+
+
+def check_ready(settings: Settings) -> None:
+    """UsageError (one line, nothing submitted) when the commands are missing or the cluster refuses the settings."""
+    missing = [c for c in COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise UsageError(f"--executor slurm: {', '.join(missing)} not found on PATH; install the SLURM client "
+                         "commands or use --executor local")
+    try:
+        shlex.split(settings.sbatch_args)
+    except ValueError as exc:
+        raise UsageError(f"--slurm-sbatch-args {settings.sbatch_args!r}: {exc}") from None
+    refused = refusal(settings, gpus=0)
+    if refused:
+        raise UsageError(f"--executor slurm: the cluster refuses these settings ({' '.join(settings.args())}): "
+                         f"{refused}")
+
+
+def refusal(settings: Settings, *, gpus: int) -> str:
+    """Why the cluster would refuse a job of ``gpus`` GPUs on one node ('' when it would take it); submits nothing."""
+    wanted = [f"--gpus-per-node={gpus}"] if gpus else []
+    done = _run(["sbatch", "--test-only", "--nodes=1", *wanted, *settings.args(), "--wrap", "true"])
+    if done.returncode == 0:
+        return ""
+    lines = [line.removeprefix("sbatch: error: ") for line in done.stderr.splitlines() if line.strip()]
+    return (lines[-1] if lines else f"sbatch --test-only exit {done.returncode}").strip()
+
+
+def submit(settings: Settings, *, key: str, script: Path, results_dir: Path, gpus: int) -> str:
+    """``sbatch`` the script under ``key`` (job name and comment); its id. Results go to ``results_dir``."""
+    wanted = [f"--gpus-per-node={gpus}"] if gpus else []
+    done = _run(["sbatch", "--parsable", f"--job-name={key}", f"--comment=orchestrator:{key}", "--nodes=1",
+                 *wanted, *settings.args(), f"--output={results_dir}/slurm-%j.out",
+                 f"--export=ALL,RESULTS={results_dir}", str(script)])
+    if done.returncode != 0:
+        raise SubmitFailed(done.stderr.strip().splitlines()[-1:] or [f"sbatch exit {done.returncode}"])
+    return done.stdout.strip().split(";")[0]
+
+
+class SubmitFailed(Exception):
+    """sbatch said no, or its answer was lost: the job may exist anyway, so look it up by key before retrying."""
+
+
+def lookup(keys: list[str]) -> dict[str, JobState]:
+    """Every job the controller still holds under one of ``keys``: one ``squeue`` call."""
+    if not keys:
+        return {}
+    done = _run(["squeue", "--states=all", "-h", "-o", "%i|%j|%T|%r", f"--name={','.join(keys)}"])
+    if done.returncode != 0:
+        raise QueryFailed((done.stderr.strip().splitlines() or [f"squeue exit {done.returncode}"])[-1])
+    found = {}
+    for line in done.stdout.splitlines():
+        job_id, name, state, reason = (line.split("|") + ["", "", "", ""])[:4]
+        if name in keys:
+            found[name] = JobState(job_id=job_id, state=state, reason=reason)
+    return found
+
+
+class QueryFailed(Exception):
+    """squeue did not answer (e.g. the controller is down): nothing can be concluded about any job."""
+
+
+def cancel(job_ids: list[str]) -> None:
+    if job_ids:
+        _run(["scancel", *job_ids])
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(command, 124, "", f"{command[0]} timed out after {TIMEOUT_S} s")

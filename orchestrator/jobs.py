@@ -1,0 +1,137 @@
+"""A run's cluster jobs in its trail: the key is recorded before ``sbatch``, the id after, the end when seen.
+
+Each job is a record of kind ``job`` (one per stage, merged by key):
+- ``intent``: key, results folder, GPUs; written (fsynced) before ``sbatch`` runs;
+- ``submitted``: the job id, after ``sbatch`` answered, or found again by key after a crash;
+- ``ended``: the final squeue state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) or GONE;
+- ``lost``: an intent that left no trace (never accepted); the next attempt takes a new key.
+Keys are ``<base>-a<attempt>``, so a crash between submit and record finds the job again
+(``squeue --name=KEY``) instead of submitting twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator import cluster
+
+JOB = "job"
+
+
+def jobs_of(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Key -> the job's stages merged, in trail order."""
+    merged: dict[str, dict[str, Any]] = {}
+    for record in state.get("records", {}).get(JOB, []):
+        merged.setdefault(record["key"], {}).update(record)
+    return merged
+
+
+def current_key(state: dict[str, Any], base: str) -> str:
+    lost = sum(1 for j in jobs_of(state).values() if j.get("base") == base and j["stage"] == "lost")
+    return f"{base}-a{lost + 1}"
+
+
+def current_job(state: dict[str, Any], base: str) -> dict[str, Any] | None:
+    return jobs_of(state).get(current_key(state, base))
+
+
+def ensure_submitted(ctx: Any, settings: cluster.Settings, *, base: str, script: Path, results_root: Path,
+                     gpus: int) -> dict[str, Any]:
+    """The job of ``base``: the recorded one, the one found by key after a crash, or a new submission.
+
+    Its results folder is ``results_root/<key>``, on storage the compute nodes share.
+    """
+    key = current_key(ctx.state, base)
+    known = jobs_of(ctx.state).get(key)
+    if known and known.get("job_id"):
+        return known
+    if known and not recover(ctx, known):
+        key = current_key(ctx.state, base)
+    if jobs_of(ctx.state).get(key, {}).get("job_id"):
+        return jobs_of(ctx.state)[key]
+    results_dir = results_root / key
+    results_dir.mkdir(parents=True, exist_ok=True)
+    ctx.add_record(JOB, {"key": key, "base": base, "stage": "intent", "results_dir": str(results_dir), "gpus": gpus})
+    try:
+        job_id = cluster.submit(settings, key=key, script=script, results_dir=results_dir, gpus=gpus)
+    except cluster.SubmitFailed as exc:
+        if not recover(ctx, jobs_of(ctx.state)[key]):
+            ctx.add_record(JOB, {"key": key, "stage": "lost", "error": f"sbatch: {' '.join(exc.args[0])}"})
+        return jobs_of(ctx.state)[key]
+    ctx.add_record(JOB, {"key": key, "stage": "submitted", "job_id": job_id})
+    return jobs_of(ctx.state)[key]
+
+
+def recover(ctx: Any, job: dict[str, Any]) -> bool:
+    """An intent without an id: find the job by key (squeue, then its output file); record it, or record it lost."""
+    found = cluster.lookup([job["key"]]).get(job["key"])
+    outputs = sorted(Path(job["results_dir"]).glob("slurm-*.out"))
+    job_id = found.job_id if found else outputs[-1].stem.removeprefix("slurm-") if outputs else ""
+    if job_id:
+        ctx.add_record(JOB, {"key": job["key"], "stage": "submitted", "job_id": job_id, "recovered": True})
+        return True
+    ctx.add_record(JOB, {"key": job["key"], "stage": "lost", "error": "no job under this key (never accepted)"})
+    return False
+
+
+def open_jobs(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [j for j in jobs_of(state).values() if j["stage"] == "submitted"]
+
+
+def poll(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(still live, newly ended) among the open jobs, from one ``squeue`` call; QueryFailed when it cannot answer."""
+    waiting = open_jobs(state)
+    seen = cluster.lookup([j["key"] for j in waiting])
+    live, ended = [], []
+    for job in waiting:
+        now = seen.get(job["key"])
+        if now is not None and now.job_id == job["job_id"] and now.live:
+            live.append({**job, "state": now.state, "reason": now.reason})
+        elif now is not None and now.job_id == job["job_id"]:
+            ended.append({"key": job["key"], "stage": "ended", "state": now.state, "reason": now.reason})
+        else:
+            ended.append({"key": job["key"], "stage": "ended", "state": "GONE",
+                          "reason": "no longer known to squeue (ended more than MinJobAge ago, or the controller "
+                                    "lost it)"})
+    return live, ended
+
+
+def cancel_open(state: dict[str, Any]) -> list[str]:
+    """scancel every job of the run that has not ended; their ids."""
+    ids = [j["job_id"] for j in open_jobs(state)]
+    cluster.cancel(ids)
+    return ids
+
+
+def describe(job: dict[str, Any]) -> str:
+    return f"{job['key']} (job {job.get('job_id') or '?'}{', ' + job['state'] if job.get('state') else ''})"
+
+
+def collect(run: Any, workflow: Any) -> str:
+    """The engine's poll of a run waiting on jobs: '' once all ended (results handed back), else what it waits on.
+
+    Ended jobs are recorded, and each one's results folder goes through the phase's ``results``
+    hook, the path of ``resume --results``, as the engine's.
+    """
+    from orchestrator.trail import events as ev
+
+    try:
+        live, ended = poll(run.state)
+    except cluster.QueryFailed as exc:
+        return f"waiting (job): squeue did not answer ({exc}); run advance again once the controller is back"
+    for record in ended:
+        run.append(ev.RecordAdded(kind=JOB, record=record), phase=run.state["phase"])
+        hand_back(run, workflow, jobs_of(run.state)[record["key"]])
+    return ("waiting (job): " + ", ".join(describe(j) for j in live)) if live else ""
+
+
+def hand_back(run: Any, workflow: Any, job: dict[str, Any]) -> None:
+    from orchestrator.engine import read_results, record_handback
+    from orchestrator.errors import UsageError
+
+    try:
+        handback = read_results(run.state, Path(job["results_dir"]))
+    except UsageError:
+        return  # the job left no results: the phase reads its end state instead
+    record_handback(run, handback, templates=workflow.templates, actor="engine")
