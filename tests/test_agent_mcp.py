@@ -146,3 +146,53 @@ def test_edit_file_replaces_once_and_read_file_returns_plain_text(agent_env: Non
              if e["type"] == "agent_acted" and e["data"]["tool"] == "edit_file"]
     assert [d["outcome"].split(":")[0] for d in edits] == ["refused"] * 5 + ["ok"]
     assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+
+def test_an_agent_without_a_shell_commits_a_candidate_branch_and_submits_it(
+        monkeypatch: pytest.MonkeyPatch, toy_repo: Path, state_dir: Path) -> None:
+    import git
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", f"{AGENT_TOY_REF},branchy=tests.toyflow.branchflow:WORKFLOW")
+    store = RunStore(state_dir)
+    toy_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red"}, store=store).run_id
+
+    async def scenario() -> str:
+        async with Client(build_server(store)) as client:
+            for _ in range(3):
+                await call(client, "advance", run_id=toy_id)
+            no_branch = await call(client, "commit_branch", run_id=toy_id, branch="b", message="m")
+            assert no_branch["status"] == "refused" and "takes no branch" in no_branch["message"], no_branch
+            run_id = (await call(client, "start_run", workflow="branchy", options={"target": str(toy_repo)})
+                      )["data"]["run_id"]
+            waiting = await call(client, "advance", run_id=run_id)
+            assert waiting["data"]["awaiting"] == "agent", waiting
+            empty = await call(client, "commit_branch", run_id=run_id, branch="candidate/fix", message="fix")
+            assert empty["status"] == "refused" and "no edits under the allowed paths" in empty["message"], empty
+            await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="fixed\n")
+            await call(client, "edit_file", run_id=run_id, path="allowed/README", old_string="edit", new_string="ed")
+            engines = await call(client, "commit_branch", run_id=run_id, branch="stack/1-x", message="fix")
+            assert engines["status"] == "refused" and "the engine's" in engines["message"]
+            made = await call(client, "commit_branch", run_id=run_id, branch="candidate/fix", message="write the fix")
+            assert made["status"] == "ok" and made["data"]["files"] == ["allowed/README", "allowed/fixed.txt"], made
+            assert "submit kind='candidate'" in made["message"]
+            again = await call(client, "commit_branch", run_id=run_id, branch="candidate/fix", message="again")
+            assert again["status"] == "refused" and "already exists" in again["message"]
+            clean = await call(client, "commit_branch", run_id=run_id, branch="candidate/two", message="again")
+            assert clean["status"] == "refused" and "no edits" in clean["message"]  # the checkout was restored
+            done = await call(client, "submit", run_id=run_id, kind="candidate",
+                              args={"branch": "candidate/fix", "label": "the fix"})
+            assert done["data"]["status"] == "done", done
+            return run_id
+
+    run_id = anyio.run(scenario)
+    repo = git.Repo(toy_repo)
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+    assert repo.git.show("candidate/fix:allowed/fixed.txt") == "fixed"
+    assert repo.commit("candidate/fix").parents[0] == repo.head.commit
+    acted = [e["data"] for e in store.read_events(run_id) if e["type"] == "agent_acted"]
+    assert [a["tool"] for a in acted if a["tool"] == "commit_branch"] == ["commit_branch"] * 5
+    for run in (run_id, toy_id):
+        assert cli("audit", run, state_dir=state_dir).returncode == 0

@@ -173,6 +173,19 @@ class EditFileArgs(RunArgs):
     """The text that replaces it."""
 
 
+class CommitBranchArgs(RunArgs):
+    """Turn your edits into a new branch of the target with one commit, for a phase that takes a
+    branch (local-compile-perf's pick_fix: then submit kind "candidate" with that branch). The
+    changed files under the allowed paths are committed on top of HEAD; they are then restored
+    in the checkout, so the next candidate starts clean. Refused in phases that take no branch
+    (add-moe-model: your edits stay in the checkout and a person decides branch and commit)."""
+
+    branch: str
+    """New branch name, e.g. "candidate/fuse-rmsnorm" (must not exist yet)."""
+    message: str
+    """Commit message: what the change does and why."""
+
+
 class ApplyDiffArgs(RunArgs):
     """Apply a unified diff (git apply) to the target; every file it touches must be under the
     current phase's allowed paths, or nothing is applied."""

@@ -42,6 +42,7 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ReadFileArgs,
     WriteFileArgs,
     EditFileArgs,
+    CommitBranchArgs,
     ApplyDiffArgs,
     Status,
 )
@@ -54,7 +55,7 @@ MAX_RECORDED_CHARS = 2000
 BUSY_WAIT_S = float(os.environ.get("ORCHESTRATOR_BUSY_WAIT_S", "10"))
 """How long an acting tool waits for a run another process holds before it is refused as busy."""
 ACTING = frozenset({"advance", "answer", "submit", "revert_patches", "note", "escalate", "write_file",
-                    "edit_file", "apply_diff"})
+                    "edit_file", "apply_diff", "commit_branch"})
 """Tools that change a run or its target: each runs and is recorded under the run's lock."""
 
 
@@ -327,6 +328,21 @@ def edit_file(args: EditFileArgs, env: ToolEnv) -> ToolResult:
     return ToolResult(status="ok", message=f"edited {data['path']} at line {data['line']}", data=data)
 
 
+def commit_branch(args: CommitBranchArgs, env: ToolEnv) -> ToolResult:
+    from orchestrator.agent.commit import branch_kinds, commit_edits
+    from orchestrator.workflow import load_workflow
+
+    state = live_state(env.store, args.run_id)
+    kinds = branch_kinds(load_workflow(state["workflow"]), state["phase"])
+    if not kinds:
+        return ToolResult(status="refused", message=f"phase {state['phase']} takes no branch; leave your edits in the "
+                          "checkout and call advance (the engine checks them, a person decides any commit)")
+    data = commit_edits(scope_for(state), branch=args.branch, message=args.message)
+    return ToolResult(status="ok", data=data, message=(
+        f"committed {len(data['files'])} file(s) to new branch {args.branch} ({data['commit'][:10]}); the checkout "
+        f"is back at HEAD; next: submit kind={kinds[0]!r} with args {{\"branch\": \"{args.branch}\", ...}}"))
+
+
 def apply_diff(args: ApplyDiffArgs, env: ToolEnv) -> ToolResult:
     data = files.apply_unified_diff(scope_for(live_state(env.store, args.run_id)), args.diff)
     return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; call advance when done", data=data)
@@ -339,7 +355,7 @@ _SPECS = [
     ("revert_patches", RevertPatchesArgs, revert_patches), ("note", NoteArgs, note),
     ("escalate", EscalateArgs, escalate), ("read_file", ReadFileArgs, read_file),
     ("write_file", WriteFileArgs, write_file), ("edit_file", EditFileArgs, edit_file),
-    ("apply_diff", ApplyDiffArgs, apply_diff),
+    ("apply_diff", ApplyDiffArgs, apply_diff), ("commit_branch", CommitBranchArgs, commit_branch),
 ]
 TOOLS: dict[str, ToolSpec] = {name: ToolSpec(name=name, args=model, handler=fn) for name, model, fn in _SPECS}
 

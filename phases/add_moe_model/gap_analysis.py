@@ -154,7 +154,8 @@ def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]]) -> PhaseResult
     issue = Issue(code="residual_gap_unexplained",
                   message=f"max_diff {fmt(rows[-1]['max_diff'])} remains after the built-in recipes and is not a "
                           "verified kernel difference: trace router logits -> weights -> experts -> combine and submit "
-                          f"a hypothesis patch with `orchestrator patch {ctx.run_id} --file PATCH --label TEXT`",
+                          "a hypothesis patch (tool submit, kind patch {diff, label}; CLI "
+                          f"`orchestrator patch {ctx.run_id} --file PATCH --label TEXT`)",
                   fix_location="temporary core patches through the ledger (never committed)")
     return PhaseResult(outcome="needs_agent", summary=f"gap analysis: residual max_diff {fmt(rows[-1]['max_diff'])}",
                        data={"rows": rows}, issues=(issue,))

@@ -41,7 +41,8 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     run_id = ctx.run_id
     stop = "holds" if rank["stop"]["stop"] else "open"
     summary = (f"pick a fix: {len(rank['ranked'])} ranked op(s), stop rule {stop}; "
-               f"submit with `orchestrator candidate {run_id} --branch B --label TEXT`")
+               f"make a branch with the commit_branch tool and submit it (tool submit, kind candidate; "
+               f"CLI `orchestrator candidate {run_id} --branch B --label TEXT`)")
     message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms"
                         for r in rank["ranked"][:5])
     idle = not_enabled(ctx.target, stack_tip(ctx.state))

@@ -22,7 +22,8 @@ def candidate_pending(state: dict[str, Any]) -> list[str]:
     cand = state["results"].get("pick_fix", {}).get("candidate")
     ruled = {v["id"] for v in state["records"].get("candidate_verdict", [])}
     if not cand or cand["id"] in ruled:
-        return ["no candidate under test: submit one with `orchestrator candidate RUN --branch B --label L`"]
+        return ["no candidate under test: submit one (tool submit, kind candidate; "
+                "CLI `orchestrator candidate RUN --branch B --label L`)"]
     return []
 
 
@@ -49,7 +50,8 @@ WORKFLOW = Workflow(
         phase("pick_fix", title="wait for the agent's candidate branch",
               routes={"finish": "findings", "rejected": "pick_fix"}, allowed_paths=("examples/", "torchtitan/"),
               agent_notes="Write the rewrite on a new branch (cheapest fix first: enable, resize, rewrite, "
-                          "option, autograd.Function), then `orchestrator candidate RUN --branch B --label L`. "
+                          "option, autograd.Function); with the tools: edit_file, then commit_branch, then submit kind "
+                          "candidate {branch, label} (CLI: `orchestrator candidate RUN --branch B --label L`). "
                           "Answer candidates=done when the stop rule holds or the budget is spent. Where a rewrite "
                           "cannot reach its ideal time, add a note `blocker: <region>: what blocks it` (the kernel, "
                           "the bytes, the compiler limit): the findings carry it."),
