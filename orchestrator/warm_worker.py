@@ -11,8 +11,15 @@ find the submodules they have not imported yet.
 A child only serves a call when every module the server imported from its own checkout is
 byte-identical in the call's target (a clone of the same commit, untouched); an edited or
 patched file answers "stale" and the caller runs a fresh process instead, so an agent's
-edit or a temporary core patch is always what runs. The server is found through the
-environment variable ``ORCHESTRATOR_WARM_WORKER`` (its socket). Standard library only.
+edit or a temporary core patch is always what runs. The caller names the server explicitly
+(``worker.use_warm_server``); nothing is read from the environment. Standard library only.
+
+CUDA: a child forked after its parent initialised CUDA cannot use CUDA ("Cannot re-initialize
+CUDA in forked subprocess"). The server checks ``torch.cuda.is_initialized()`` after each
+preloaded import; when one initialised CUDA, it starts over (exec) without that module and
+those after it, so every child is forked from a parent that never touched CUDA. Work that
+the server must also do in each child (announcing what a setup step applied, as a fresh
+worker prints it) registers with ``on_child``.
 """
 
 from __future__ import annotations
@@ -25,19 +32,32 @@ import socket
 import sys
 from pathlib import Path
 
-ENV = "ORCHESTRATOR_WARM_WORKER"
 STALE_EXIT = 75
+DROPPED = "--dropped-for-cuda="
+_CHILD_HOOKS: list = []
 
 
-def serve(socket_path: str, root: str, preload: list[str]) -> None:
+def on_child(hook) -> None:
+    """Run ``hook()`` in every forked child once its output goes to the call's log."""
+    _CHILD_HOOKS.append(hook)
+
+
+def serve(socket_path: str, root: str, preload: list[str], dropped: str | None = None) -> None:
     """Import ``preload`` from ``root``, then fork a child for each call on ``socket_path``."""
     sys.path.insert(0, root)
-    failed = [name for name in preload if not _try_import(name)]
+    failed = []
+    for index, name in enumerate(preload):
+        if not _try_import(name):
+            failed.append(name)
+        if cuda_initialized():  # forks from here would break CUDA: start over without it
+            os.execv(sys.executable, [sys.executable, "-m", "orchestrator.warm_worker", socket_path, root,
+                                      DROPPED + name, *preload[:index]])
     imported = imported_files(Path(root))
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(socket_path)
     server.listen(4)
-    print(json.dumps({"ready": True, "files": len(imported), "failed": failed}), flush=True)
+    print(json.dumps({"ready": True, "files": len(imported), "failed": failed, "dropped_for_cuda": dropped,
+                      "cuda_initialized": cuda_initialized()}), flush=True)
     while True:
         conn, _ = server.accept()
         with conn:
@@ -45,6 +65,13 @@ def serve(socket_path: str, root: str, preload: list[str]) -> None:
                 _answer_one(conn, imported, root)
             except OSError:  # the caller went away (killed, timed out): serve the next one
                 pass
+
+
+def cuda_initialized() -> bool:
+    """Whether this process initialised CUDA (never imports torch itself)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    return bool(cuda is not None and cuda.is_initialized())
 
 
 def _try_import(name: str) -> bool:
@@ -98,6 +125,8 @@ def _child(call: dict, log_fd: int, imported: dict[str, str], root: str) -> int:
     if stale:
         print(f"warm worker: {len(stale)} imported file(s) differ in {target} (e.g. {stale[0]})", flush=True)
         return STALE_EXIT
+    for hook in _CHILD_HOOKS:
+        hook()
     os.chdir(target)
     sys.path.insert(0, str(target))
     repoint_packages(root, str(target))
@@ -130,20 +159,17 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def run_warm(func: str, request_path: Path, answer_path: Path, *, target: Path, timeout_s: float,
+def run_warm(path: str, func: str, request_path: Path, answer_path: Path, *, target: Path, timeout_s: float,
              on_progress) -> tuple[int | None, str, bytes] | None:
-    """Run one call in the warm server named by ``ENV``: (returncode, status, log), or None.
+    """Run one call in the warm server listening on ``path``: (returncode, status, log), or None.
 
-    None means "not served here" (no server, server gone, or a stale file): run it fresh.
+    None means "not served here" (server gone, or a stale file): run it fresh.
     """
     import threading
     import time
 
     from orchestrator.worker import pump_stream
 
-    path = os.environ.get(ENV)
-    if not path:
-        return None
     read_fd, write_fd = os.pipe()
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -178,4 +204,6 @@ def run_warm(func: str, request_path: Path, answer_path: Path, *, target: Path, 
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2], sys.argv[3:])
+    _names = sys.argv[3:]
+    _dropped = _names.pop(0)[len(DROPPED):] if _names and _names[0].startswith(DROPPED) else None
+    serve(sys.argv[1], sys.argv[2], _names, _dropped)

@@ -6,9 +6,9 @@ edited is the code that runs. stdout and stderr go to one log file (kept as an a
 the caller); ``@@progress`` lines from stderr are shown live. A worker that exits non-zero,
 times out, or leaves no answer file raises ``WorkerFailed`` and its log ends with a
 ``FAILED`` marker line so nobody mistakes an earlier result for this run's. When a warm
-worker is running (``orchestrator.warm_worker``, e.g. during a survey) the call is forked
-from it instead, with the same contract; it answers "not here" when a file it imported
-differs in the target, and the call then runs in a fresh process as above.
+worker is in use (``use_warm_server``, e.g. during a survey) the call is forked from it
+instead, with the same contract; it answers "not here" when a file it imported differs in the target,
+and the call then runs in a fresh process as above.
 """
 
 from __future__ import annotations
@@ -29,6 +29,22 @@ from orchestrator import progress, warm_worker
 from orchestrator.errors import WorkerFailed
 
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+_WARM_SERVER: list[str] = []
+"""The socket of the warm server calls are forked from (empty: every call runs fresh)."""
+
+
+class use_warm_server:  # noqa: N801 - a context manager, named for what the block does
+    """Within the block, ``run_worker`` forks its calls from the warm server on ``socket_path``."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+
+    def __enter__(self) -> "use_warm_server":
+        _WARM_SERVER.append(self.socket_path)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _WARM_SERVER.remove(self.socket_path)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,9 +87,9 @@ def run_worker(
         request_path, answer_path = Path(tmp, "request.json"), Path(tmp, "answer.json")
         request_path.write_text(json.dumps(request))
         started = time.monotonic()
-        if python == sys.executable:
-            warm = warm_worker.run_warm(func, request_path, answer_path, target=target, timeout_s=timeout_s,
-                                        on_progress=on_progress)
+        if python == sys.executable and _WARM_SERVER:
+            warm = warm_worker.run_warm(_WARM_SERVER[-1], func, request_path, answer_path, target=target,
+                                        timeout_s=timeout_s, on_progress=on_progress)
             if warm is not None:
                 return _finish(func, warm, answer_path=answer_path, seconds=time.monotonic() - started)
         command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]

@@ -11,8 +11,7 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import warm_worker
-from orchestrator.worker import run_worker, worker_env
+from orchestrator.worker import run_worker, use_warm_server, worker_env
 from tests.conftest import make_repo
 
 TOY = {"toymod.py": """
@@ -43,11 +42,10 @@ def warm(tmp_path: Path):
     server = subprocess.Popen([sys.executable, "-m", "orchestrator.warm_worker", sock, str(root), "toymod", "toypkg"],
                               cwd=root, env=worker_env(root), stdout=subprocess.PIPE)
     ready = json.loads(server.stdout.readline())
-    os.environ[warm_worker.ENV] = sock
     try:
-        yield root, server.pid, ready
+        with use_warm_server(sock):
+            yield root, server.pid, ready
     finally:
-        os.environ.pop(warm_worker.ENV, None)
         server.kill()
         server.wait()
 
@@ -96,11 +94,8 @@ def test_a_hung_child_times_out_and_is_killed(warm, tmp_path):
 def test_no_server_means_a_fresh_process(tmp_path):
     root = tmp_path / "root"
     make_repo(root, TOY)
-    os.environ[warm_worker.ENV] = str(tmp_path / "no-such-socket")
-    try:
+    with use_warm_server(str(tmp_path / "no-such-socket")):
         result = run_worker("toymod:answer", {"times": 1}, target=root)
-    finally:
-        os.environ.pop(warm_worker.ENV)
     assert result.status == "ok" and result.answer["loaded_in"] == result.answer["pid"]
 
 
@@ -112,3 +107,22 @@ def test_a_submodule_the_server_never_imported_comes_from_the_calls_target(warm,
     late.write_text(late.read_text().replace('"value": 1', '"value": 2'))
     result = run_worker("toypkg.late:answer", {}, target=clone)
     assert result.status == "ok" and result.answer["value"] == 2 and result.answer["loaded_in"] == server_pid
+
+
+def test_a_preload_that_initialises_cuda_is_dropped_so_no_child_forks_after_cuda(tmp_path):
+    # A forked child cannot use CUDA its parent initialised; the server starts over without the
+    # module that initialised it (here one that makes torch.cuda.is_initialized() say so, as on a GPU).
+    root = tmp_path / "root"
+    make_repo(root, {**TOY, "initcuda.py": "import torch\ntorch.cuda.is_initialized = lambda: True\n"})
+    sock = str(tmp_path / "sock")
+    server = subprocess.Popen([sys.executable, "-m", "orchestrator.warm_worker", sock, str(root), "toymod",
+                               "initcuda", "toypkg"], cwd=root, env=worker_env(root), stdout=subprocess.PIPE)
+    try:
+        ready = json.loads(server.stdout.readline())
+        assert ready["ready"] and ready["dropped_for_cuda"] == "initcuda" and ready["cuda_initialized"] is False
+        with use_warm_server(sock):
+            result = run_worker("toymod:answer", {"times": 1}, target=root)
+        assert result.status == "ok" and result.answer["loaded_in"] == server.pid != result.answer["pid"]
+    finally:
+        server.kill()
+        server.wait()

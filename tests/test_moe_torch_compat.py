@@ -155,3 +155,22 @@ def test_torchtitan_imports_with_every_piece_hidden_once_the_layer_is_applied() 
                                  + 'print(json.dumps({"error": error, "applied": applied}))')
     assert with_layer == {"error": "", "applied": list(__import__(
         "phases.add_moe_model.work.torch_compat", fromlist=["PIECES"]).PIECES)}
+
+
+def test_a_call_forked_from_the_surveys_warm_worker_runs_with_what_a_fresh_worker_applies() -> None:
+    # The survey's warm worker once imported torchtitan before the layer, so on torch 2.11 every
+    # row was "cannot import name 'DataParallelMeshDims'". Same pieces, same announcement line.
+    from orchestrator.worker import run_worker
+    from phases.add_moe_model.survey.runner import warm_worker
+    from phases.add_moe_model.work.torch_compat import parse_announcements
+
+    func = "phases.add_moe_model.work.torch_compat:describe"
+    fresh = run_worker(func, {}, target=ROOT)
+    said = []
+    with warm_worker(ROOT, say=said.append) as warm:
+        assert warm.ready_s is not None, said
+        forked = run_worker(func, {}, target=ROOT)
+    assert fresh.answer is not None and forked.answer is not None, forked.log[-2000:]
+    assert forked.answer["missing"] == [] and forked.answer == fresh.answer
+    assert parse_announcements(forked.log.decode()) == parse_announcements(fresh.log.decode())
+    assert "not imported: none" in said[0], said

@@ -28,7 +28,9 @@ from phases.add_moe_model.survey.outcome import OUTCOMES, UNSUPPORTED_CODES, Sur
 
 WORKFLOW = "add-moe-model"
 DISCOVER = "phases.add_moe_model.survey.discover:list_moe_models"
-PRELOAD = ("torch", "transformers", "torchtitan",
+# The worker package first: importing it applies the torch compat layer, as in a fresh worker,
+# before any torchtitan module is imported.
+PRELOAD = ("phases.add_moe_model.work", "torch", "transformers", "torchtitan",
            "torchtitan.experiments.transformers_modeling_backend.moe_replacement",
            "torchtitan.experiments.transformers_modeling_backend.state_dict_adapter",
            "torchtitan.experiments.transformers_modeling_backend.hf_sharding",
@@ -146,8 +148,7 @@ class warm_worker:  # noqa: N801 - used as a context manager
         self.root, self.say = root, say
 
     def __enter__(self) -> "warm_worker":
-        from orchestrator import warm_worker as warm
-        from orchestrator.worker import die_with_parent, worker_env
+        from orchestrator.worker import die_with_parent, use_warm_server, worker_env
 
         self.tmp = tempfile.TemporaryDirectory(prefix="orchestrator-warm-")
         sock = str(Path(self.tmp.name, "sock"))
@@ -157,18 +158,20 @@ class warm_worker:  # noqa: N801 - used as a context manager
             cwd=self.root, env=worker_env(self.root), stdout=subprocess.PIPE, preexec_fn=die_with_parent)
         ready = json.loads(self.proc.stdout.readline() or b'{"ready": false}')
         self.ready_s = round(time.monotonic() - t0, 1) if ready.get("ready") else None
+        self.using = None
         if ready.get("ready"):
-            os.environ[warm.ENV] = sock
+            self.using = use_warm_server(sock).__enter__()
+            dropped = (f"; {ready['dropped_for_cuda']} and later modules left to each call: importing it "
+                       "initialised CUDA, which a forked call could not use" if ready.get("dropped_for_cuda") else "")
             self.say(f"warm worker ready in {time.monotonic() - t0:.1f} s ({ready['files']} target files "
-                     f"imported; not imported: {ready['failed'] or 'none'})")
+                     f"imported; not imported: {ready['failed'] or 'none'}{dropped})")
         else:
             self.say("warm worker did not start: every worker call runs in a fresh process")
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from orchestrator import warm_worker as warm
-
-        os.environ.pop(warm.ENV, None)
+        if self.using is not None:
+            self.using.__exit__()
         self.proc.kill()
         self.proc.wait()
         self.tmp.cleanup()

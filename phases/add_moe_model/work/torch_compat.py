@@ -137,10 +137,23 @@ def report(applied: list[str]) -> dict[str, Any]:
 
 def apply_and_announce() -> dict[str, Any]:
     """Apply, then print one ``@@torch_compat {json}`` line on stderr when anything was applied."""
-    info = report(apply())
+    return announce(apply())
+
+
+def announce(applied: list[str]) -> dict[str, Any]:
+    """Print the ``@@torch_compat`` line for ``applied`` (nothing when empty); returns the record."""
+    info = report(applied)
     if info["applied"]:
         print(MARKER + json.dumps(info, sort_keys=True), file=sys.stderr, flush=True)
     return info
+
+
+def describe(_request: dict[str, Any]) -> dict[str, Any]:
+    """Worker function: the pieces this process runs with, and any still missing (should be none)."""
+    import torch
+
+    return {"torch": torch.__version__, "applied": applied_here(),
+            "missing": [name for name, (present, _) in PIECES.items() if not present()]}
 
 
 def parse_announcements(log: str) -> list[dict[str, Any]]:
