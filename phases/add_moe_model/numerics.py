@@ -42,6 +42,9 @@ DIAGNOSTIC_DTYPE = "float32"
 DIAGNOSTIC_COS_FLOOR = 0.9999
 # The workers meet a target they do not know: a finding that ends the phase, never a triage for the agent.
 UNKNOWN_TARGET = {"UnknownMoeLayout": "unknown_moe_layout", "UnknownTargetApi": "unknown_target_api"}
+# Our own code or process plumbing failed (a fork that broke CUDA, the firmness measurement): the phase
+# fails, so the run ends as an error of ours instead of a finding that blames the experiment folder.
+OURS = frozenset({*UNKNOWN_TARGET.values(), "worker_plumbing_error", "firmness_error"})
 METRIC_UNITS = {"kl": "nats", "cos_sim": "ratio", "max_diff": "abs", "mean_diff": "abs"}
 
 
@@ -158,7 +161,7 @@ def decide(results: list[Any]) -> PhaseResult:
     data["diagnostic_flags"] = flags
     line = _summary_line(verdict) + "".join(f"; {f}" for f in flags)
     issues = triage(verdict)
-    if any(i.code in UNKNOWN_TARGET.values() for i in issues):
+    if any(i.code in OURS for i in issues):
         return PhaseResult(outcome="failed", summary=line, data=data, issues=tuple(issues))
     if issues:
         # NOTE: route "pass": a person who waives every finding sends the run on to parallelism, not gap analysis.
@@ -218,6 +221,10 @@ def triage(r: Any) -> list[Issue]:
         issues.append(Issue(code="no_moe_layer", message=f"{r.model_type}: the synthetic model has no MoE layer",
                             fix_location="synthetic config: first_k_dense_replace=0 / decoder_sparse_step=1 / "
                                          "mlp_layer_types=['sparse'] or more layers"))
+    firmness_error = (r.firmness or {}).get("error")
+    if firmness_error:
+        issues.append(Issue(code="firmness_error", message=f"{r.model_type}: the firmness measurement raised "
+                            f"{firmness_error}", fix_location="phases/add_moe_model/work/firmness.py (ours)"))
     if r.status == "ERROR":
         issues.append(triage_error(r.model_type, r.error_type or "", r.error or "", origin=r.error_origin,
                                    frame=r.error_frame))
@@ -231,7 +238,13 @@ NOT_THE_AGENTS = frozenset({"raised_in_transformers"})
 def triage_error(model_type: str, error_type: str, error: str, *, origin: str | None = None,
                  frame: str | None = None) -> Issue:
     """Map an exception to the skill's fix location (A.3 failure triage), by whose code raised it first."""
+    from phases.add_moe_model.work.error_origin import plumbing_failure
+
     text = error.lower()
+    if plumbing_failure(error):
+        return Issue(code="worker_plumbing_error", message=f"{model_type}: {error}",
+                     fix_location=f"the orchestrator's worker process ({frame or 'no frame'} only met it): "
+                                  "not the experiment code")
     if origin == "transformers":
         return Issue(code="raised_in_transformers", message=f"{model_type}: {error}",
                      fix_location=f"transformers ({frame}), HF's own modeling code that the comparison runs "

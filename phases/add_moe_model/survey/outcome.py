@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from phases.add_moe_model.fixability import clearable_note
+from phases.add_moe_model.work.error_origin import plumbing_failure
 from phases.add_moe_model.workspace import EXP
 
 Outcome = Literal["clean", "needs_agent", "needs_human", "fail", "unsupported", "error"]
@@ -126,7 +127,7 @@ def attribute_traceback(text: str, *, roots: tuple[str, ...], summary: str, log:
             f"the worker was stopped from outside ({killed[1]}, exit {killed[2]}: a timeout, or the kernel's OOM "
             f"killer): no verdict on this machine; run it on a bigger one (log artifacts/{log})"]}
     owned = [(f, n, _owner(f, roots)) for f, n in frames if _owner(f, roots) != "library"]
-    if not owned or owned[-1][2] == "ours":
+    if not owned or owned[-1][2] == "ours" or plumbing_failure(error):
         at = f" at {_short(owned[-1][0], roots)}:{owned[-1][1]}" if owned else ""
         return {"outcome": "error", "reasons": [f"{error or summary}{at} (our code; log artifacts/{log})"]}
     file, line, owner = owned[-1]

@@ -7,6 +7,7 @@ A fix belongs to the agent only when that frame is the target's experiment folde
 
 from __future__ import annotations
 
+import re
 import traceback
 from typing import Literal
 
@@ -40,3 +41,12 @@ def _short(path: str) -> str:
         if cut >= 0:
             return path[cut + 1:]
     return path.rsplit("/", 1)[-1]
+
+
+# Failures of the process the code runs in, whoever's frame raised them: never the agent's to fix.
+PLUMBING = re.compile(r"Cannot re-initialize CUDA in forked subprocess")
+
+
+def plumbing_failure(error: str) -> bool:
+    """Whether ``error`` (an exception's text) is our process plumbing failing, not the code it ran."""
+    return bool(PLUMBING.search(error))

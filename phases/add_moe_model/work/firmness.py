@@ -31,8 +31,13 @@ def kl_fp64(hf_out: Any, tt_out: Any) -> float:
     return F.kl_div(F.log_softmax(tt, dim=-1), F.softmax(hf, dim=-1), reduction="batchmean").item()
 
 
-def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float) -> dict[str, Any]:
-    """{"kl_fp64", "kl_perturbed", "spread", "edge"} for one dtype's comparison."""
+def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float,
+                     layout: Any) -> dict[str, Any]:
+    """{"kl_fp64", "kl_perturbed", "spread", "edge"} for one dtype's comparison.
+
+    ``x`` is (B, L, D) as the HF side takes it; ``layout`` (work/layout.py) gives it to the
+    target's MoE in the shape that MoE takes, as the verdict's own forward did.
+    """
     import torch
 
     from phases.add_moe_model.work.numerics import classify_kl, measure_output_gap
@@ -40,7 +45,7 @@ def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *,
     moved = torch.nextafter(x, torch.full_like(x, float("inf")))
     with torch.no_grad():
         hf_moved = hf_forward_fp32_router(site, moved)
-        tt_moved = titan(moved)
+        tt_moved = titan(layout.tokens(moved))
     kl_moved = measure_output_gap(hf_moved.reshape(tt_moved.shape), tt_moved)["kl"]
     spread = abs(kl_moved - kl) if kl_moved is not None else None
     edge = None

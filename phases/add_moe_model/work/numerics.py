@@ -277,19 +277,20 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
     if metrics["kl"] is not None:
         t2 = time.perf_counter()
         metrics["firmness"] = measure_firmness_safely(bench.site, titan, x, hf_out.reshape(tt_out.shape), tt_out,
-                                                      kl=metrics["kl"])
+                                                      kl=metrics["kl"], layout=layout)
         seconds["firmness"] = elapsed(t2)
     return CompareResult(**fields, **metrics, load=LoadReport(**load), moe_kind=bench.site.kind,
                          moe_layout=f"{layout.name}: {layout.evidence}",
                          moe_params=_jsonable(params), seconds=seconds)
 
 
-def measure_firmness_safely(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float) -> dict[str, Any]:
-    """The tier's firmness (work/firmness.py); a failure there is recorded, never the verdict's end."""
+def measure_firmness_safely(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float,
+                            layout: Any) -> dict[str, Any]:
+    """The tier's firmness (work/firmness.py); a failure there is recorded (the phase makes it an error of ours)."""
     from phases.add_moe_model.work.firmness import measure_firmness
 
     try:
-        return measure_firmness(site, titan, x, hf_out, tt_out, kl=kl)
+        return measure_firmness(site, titan, x, hf_out, tt_out, kl=kl, layout=layout)
     except Exception as exc:  # noqa: BLE001
         return {"error": describe_error(exc)}
 
