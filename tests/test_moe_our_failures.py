@@ -59,3 +59,13 @@ def test_firmness_on_main_feeds_the_moe_the_token_layout_it_takes(main_snapshot)
     assert bf16["moe_layout"].startswith("TD"), bf16["moe_layout"]
     firm = bf16["firmness"]
     assert "error" not in firm and firm["kl_perturbed"] is not None and firm["spread"] is not None, firm
+
+
+def test_a_module_the_trainer_lacks_is_a_root_cause_naming_it_and_the_targets_pinned_package(main_snapshot):
+    from phases.add_moe_model.parallel_matrix import diagnose
+
+    log = "[rank0]:     import grain\n[rank0]: ModuleNotFoundError: No module named 'grain'\n"
+    cause, fixable = diagnose(log, None, target=main_snapshot)
+    assert cause == ("missing Python module 'grain' in the trainer's environment: pip install 'grain==0.2.18' "
+                     "(pinned in the target's pyproject.toml)") and fixable is False
+    assert "pip install grain (the package named after" in diagnose(log, None)[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 CONFIG = "transformers_modeling_backend_debugmodel_moe"
@@ -99,12 +100,42 @@ SIGNATURES: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def diagnose(log: str, fsdp: dict[str, Any] | None) -> tuple[str, bool]:
+MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def diagnose(log: str, fsdp: dict[str, Any] | None, *, target: Path | None = None) -> tuple[str, bool]:
     """(root cause, fixable in the experiment folder) of a failed row's log; unknown -> fixable."""
     for pattern, cause, fixable in SIGNATURES:
         if re.search(pattern, log):
             return (torch_root_cause(fsdp) if cause == ROOT_CAUSE_TORCH else cause), fixable
+    missing = MISSING_MODULE.search(log)
+    if missing:
+        return missing_module_cause(missing[1], target), False
     return "undiagnosed: read the log, fix in the experiment folder or name the cause", True
+
+
+def missing_module_cause(module: str, target: Path | None) -> str:
+    """The module the trainer's Python lacks and the package to install (the target's pin when it has one)."""
+    top = module.split(".")[0]
+    pin = _pinned_requirement(top, target) if target else None
+    install = (f"pip install '{pin}' (pinned in the target's pyproject.toml)" if pin
+               else f"pip install {top} (the package named after the module; the target pins none)")
+    return f"missing Python module '{module}' in the trainer's environment: {install}"
+
+
+def _pinned_requirement(top: str, target: Path) -> str | None:
+    import tomllib
+
+    try:
+        project = tomllib.loads((target / "pyproject.toml").read_text()).get("project", {})
+    except (OSError, ValueError):
+        return None
+    wanted = top.lower().replace("_", "-")
+    for requirement in project.get("dependencies", []):
+        name = re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0]
+        if name.lower().replace("_", "-") == wanted:
+            return requirement
+    return None
 
 
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:\w+\.)*\w*(?:Error|Exception)\b.*)$")
@@ -130,7 +161,7 @@ def trained_steps(log: str) -> list[dict[str, Any]]:
 
 
 def row_from_run(row: Row, *, command: str, returncode: int, log: str, log_name: str,
-                 fsdp: dict[str, Any] | None) -> dict[str, Any]:
+                 fsdp: dict[str, Any] | None, target: Path | None = None) -> dict[str, Any]:
     """A finished row: PASS on exit 0 with every step's loss logged, else FAIL with a diagnosed root cause."""
     from phases.add_moe_model.work.torch_compat import parse_announcements
 
@@ -141,7 +172,7 @@ def row_from_run(row: Row, *, command: str, returncode: int, log: str, log_name:
     if returncode == 0:
         return {**record, "status": "FAIL", "error": f"exit 0 but {len(record['steps'])} of {STEPS} training steps "
                 "logged", "root_cause": "undiagnosed: the trainer did not train", "fixable": True}
-    cause, fixable = diagnose(log, fsdp)
+    cause, fixable = diagnose(log, fsdp, target=target)
     return {**record, "status": "FAIL", "error": error_excerpt(log), "root_cause": cause, "fixable": fixable}
 
 

@@ -130,7 +130,8 @@ def run_row(ctx: PhaseContext, row: Row, command: list[str], *, fsdp: dict[str, 
     except subprocess.TimeoutExpired as exc:
         returncode, log = 124, f"{exc.stdout or ''}{exc.stderr or ''}\nTIMEOUT after {ROW_TIMEOUT_S} s\n"
     name = ctx.write_artifact(f"parallelism/{row.slug}.log", log)
-    return row_from_run(row, command=shlex.join(command), returncode=returncode, log=log, log_name=name, fsdp=fsdp)
+    return row_from_run(row, command=shlex.join(command), returncode=returncode, log=log, log_name=name, fsdp=fsdp,
+                        target=Path(ctx.target))
 
 
 def handed_back_rows(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -224,7 +225,7 @@ def take_results(state: dict[str, Any], directory: Path) -> HandBack:
         name = f"parallelism/handed_back/{slug}.log"
         row = Row(config=config, world_size=before["world_size"], tp=before["tp"], ep=before["ep"])
         record = row_from_run(row, command=before["command"], returncode=returncode, log=log, log_name=name,
-                              fsdp=None)
+                              fsdp=None, target=Path(state["target"]) if state.get("target") else None)
         artifacts[name] = log
         records.append((ROW_KIND, {**record, "source": f"handed back from {directory}"}))
     if not records:
