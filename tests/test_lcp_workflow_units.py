@@ -288,3 +288,47 @@ def test_a_glue_op_that_holds_gemms_is_not_blamed_on_its_bytes():
     assert judged["ratio"] == 1.0 / (2 * 2e9 / 4e12 * 1e3) and judged["blocker"] == ""
     host = judge_op({**op, "device_ms": None}, 4.0, [], floor_ms=4.0)
     assert host["timer"] == "call" and host["blocker"].startswith("call overhead")
+
+
+def _cell(variant, *, wall, kernel, families, glue=None):
+    from phases.local_compile_perf.records import Cell
+
+    cited = {"wall_ms": wall, "kernel_ms": kernel, "glue_ms": glue if glue is not None else kernel}
+    return Cell(variant=variant, tree=variant, tokens=256, status="measured", cited=cited,
+                samples={k: (v, v * 1.1, v * 0.9) for k, v in cited.items()},
+                families=tuple({"family": f, "count_per_step": 1.0, "ms_per_step": ms} for f, ms in families.items()))
+
+
+def test_per_step_family_times_add_up_or_say_why_not():
+    from phases.local_compile_perf.profile_diff import per_step_check
+
+    fine = per_step_check(_cell("eager", wall=100.0, kernel=95.0, families={"gemm": 60.0, "pointwise": 35.0}),
+                          cuda=False)
+    assert fine["holds"] and fine["why"] == ""
+    slow_profile = per_step_check(_cell("eager", wall=389.6, kernel=2095.0, families={"gemm": 2000.0,
+                                                                                       "pointwise": 95.0}), cuda=False)
+    assert not slow_profile["holds"] and "5.38x the wall" in slow_profile["why"] and "profiler" in slow_profile["why"]
+    double = per_step_check(_cell("eager", wall=100.0, kernel=90.0, families={"gemm": 80.0, "cat/copy": 30.0}),
+                            cuda=True)
+    assert not double["holds"] and "exceed the kernel total" in double["why"]
+    idle = per_step_check(_cell("eager", wall=100.0, kernel=50.0, families={"gemm": 50.0}), cuda=True)
+    assert "kernels cover 50% of the wall" in idle["why"] and "device idle" in idle["why"]
+    from orchestrator.context import render_template
+
+    table = {"variant": "eager", "tokens": 256, "families": [{"family": "gemm", "count_per_step": 1.0,
+                                                              "ms_per_step": 2000.0}], "per_step": slow_profile}
+    text = render_template("local_compile_perf", "profile.md.j2", tables=[table], diffs=[])
+    assert "kernel total 2095.000 ms, wall 389.600 ms (5.38x): does not add up: the kernel total" in text
+    assert "- gemm: 2000.000 ms (95% of the kernel total)" in text
+
+
+def test_rank_sees_glue_outside_every_region_and_the_stop_rule_says_what_it_saw():
+    from phases.local_compile_perf.rank import stop_caveat, unregioned_row
+
+    eager = _cell("eager", wall=100.0, kernel=200.0, glue=120.0, families={})
+    outside, glue = unregioned_row(eager, [{"measured_ms": 20.0}, {"measured_ms": 10.0}])
+    assert glue == 60.0 and outside == 30.0  # the glue is scaled to the wall: the profiled step ran 2x longer
+    caveat = stop_caveat(1024, outside, glue, cuda=False)
+    assert "30.000 ms of 60.000 ms" in caveat and "an estimate" in caveat and "indicative" in caveat
+    covered, _ = unregioned_row(eager, [{"measured_ms": 70.0}])
+    assert covered < 0 and "none outside is seen" in stop_caveat(1024, covered, glue, cuda=True)

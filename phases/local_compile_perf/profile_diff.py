@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log, renders_devlog
-from phases.local_compile_perf.records import Baselines, Cell
+from phases.local_compile_perf.records import Baselines, Cell, Plan
 
 SYMPTOMS = {
     "cat/copy": "cat/copy kernels in glue: producer + cat + consumer in one region; try both cat lowerings (pattern 2)",
@@ -25,6 +25,36 @@ SYMPTOMS = {
     "sort": "sorts in routing: int16 keys (pattern 8)",
     "other": "unclassified kernels: read their names in the table",
 }
+
+
+PER_STEP_TOLERANCE = 1.1
+"""Kernel total within this factor of the wall (either way) counts as "about the wall"."""
+
+
+def per_step_check(row: Cell, *, cuda: bool) -> dict[str, Any]:
+    """Do the first process's family times add up to at most its kernel total, and that to about its wall?
+
+    The families are the first fresh process's table, so its own kernel total and wall are the
+    comparison; ``why`` says in words what does not add up and the likely reason.
+    """
+    families = sum(f["ms_per_step"] for f in row.families)
+    kernel, wall = row.samples["kernel_ms"][0], row.samples["wall_ms"][0]
+    ratio = kernel / wall
+    why = []
+    if families > kernel * 1.001:
+        why.append(f"family times ({families:.3f} ms) exceed the kernel total ({kernel:.3f} ms): the table counts "
+                   "some time twice")
+    if ratio > PER_STEP_TOLERANCE:
+        why.append(f"the kernel total is {ratio:.2f}x the wall: " + (
+            "kernels on several streams overlap" if cuda else
+            "host ops timed by self CPU time under the profiler, whose steps ran slower than the timed ones "
+            "(profiler overhead per op, and a shared host's load moves between the two)"))
+    elif ratio < 1 / PER_STEP_TOLERANCE:
+        why.append(f"kernels cover {ratio:.0%} of the wall: the rest is " + (
+            "device idle (launch gaps, host work)" if cuda else
+            "host time outside aten ops (Python, the autograd engine, compiled code)"))
+    return {"families_ms": families, "kernel_ms": kernel, "wall_ms": wall, "kernel_over_wall": ratio,
+            "holds": not why, "why": "; ".join(why)}
 
 
 def family_ms(row: Cell) -> dict[str, float]:
@@ -42,10 +72,12 @@ def diff_rows(base: Cell, other: Cell) -> list[dict[str, Any]]:
 @renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     rows = [r for r in ctx.result("baselines", Baselines).rows if r.status == "measured"]
+    cuda = ctx.result("plan", Plan).device.startswith("cuda")
     tables, diffs = [], []
     for tokens in sorted({r.tokens for r in rows}):
         by_variant = {r.variant: r for r in rows if r.tokens == tokens}
-        tables += [{"variant": v, "tokens": tokens, "families": list(r.families)} for v, r in by_variant.items()]
+        tables += [{"variant": v, "tokens": tokens, "families": list(r.families),
+                    "per_step": per_step_check(r, cuda=cuda)} for v, r in by_variant.items()]
         base = by_variant.get("upstream") or by_variant.get("eager")
         if base is not None and "per_layer" in by_variant:
             diffs.append({"tokens": tokens, "base": base.variant, "other": "per_layer",
@@ -57,6 +89,11 @@ def run(ctx: PhaseContext) -> PhaseResult:
                  f"{r['symptom']}", kind="measurement")
     if not diffs:
         log(ctx, "no per-layer row to diff against at any measured token count", kind="dead_end")
+    for t in (t for t in tables if not t["per_step"]["holds"]):
+        log(ctx, f"per-step check of {t['variant']} at {t['tokens']} tokens: {t['per_step']['why']}",
+            kind="measurement")
     ctx.write_artifact("profile_diff.md", ctx.render("profile.md.j2", tables=tables, diffs=diffs))
     return PhaseResult(outcome="passed", summary=f"profile: {len(tables)} kernel tables, {len(diffs)} diff(s)",
-                       data={"diffs": diffs, "glue_left": [{"tokens": t, **r} for t, r in glue_left]})
+                       data={"diffs": diffs, "glue_left": [{"tokens": t, **r} for t, r in glue_left],
+                             "per_step": [{"variant": t["variant"], "tokens": t["tokens"], **t["per_step"]}
+                                          for t in tables]})

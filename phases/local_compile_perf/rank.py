@@ -12,7 +12,7 @@ from __future__ import annotations
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log, renders_devlog
 from phases.local_compile_perf.confirmed import measured
-from phases.local_compile_perf.records import Baselines, Plan
+from phases.local_compile_perf.records import Baselines, Cell, Plan
 
 
 def layer_ms_at(ctx: PhaseContext, tokens: int) -> float:
@@ -20,6 +20,30 @@ def layer_ms_at(ctx: PhaseContext, tokens: int) -> float:
     if row is None:
         raise ValueError(f"rank: no measured eager cell at {tokens} tokens to take the layer time from")
     return row.cited["wall_ms"]
+
+
+UNREGIONED = "(glue outside every region)"
+
+
+def eager_glue_on_wall(row: Cell) -> float:
+    """The eager cell's profiler glue per step, scaled to its wall where the profiled step ran longer."""
+    glue, kernel, wall = row.cited["glue_ms"], row.cited["kernel_ms"], row.cited["wall_ms"]
+    return glue * min(1.0, wall / kernel) if kernel else glue
+
+
+def unregioned_row(eager: Cell, region_rows: list[dict]) -> tuple[float, float]:
+    """(glue no declared region takes, eager glue per step): the eager glue minus the regions' ops timed alone."""
+    glue = eager_glue_on_wall(eager)
+    return glue - sum(r["measured_ms"] for r in region_rows), glue
+
+
+def stop_caveat(tokens: int, outside: float, glue: float, *, cuda: bool) -> str:
+    seen = (f"the glue outside every region ({outside:.3f} ms of {glue:.3f} ms eager glue per step) ranks as one row "
+            "with no ideal (its bytes are not counted)" if outside > 0 else
+            f"the regions' ops timed alone account for all {glue:.3f} ms of eager glue, so none outside is seen")
+    timer = "" if cuda else "; host timer: profiler times are host ops, indicative"
+    return (f"ranks at {tokens} tokens only: the declared regions' ops, each timed alone in eager, and {seen}; the "
+            f"outside row is an estimate (a profiled step minus ops timed alone){timer}")
 
 
 @renders_devlog
@@ -32,6 +56,10 @@ def run(ctx: PhaseContext) -> PhaseResult:
     layer = layer_ms_at(ctx, ideal["tokens"])
     rows = [Candidate(name=r["op"], measured_ms=r["measured_ms"], ideal_ms=r["ideal_ms"], layer_ms=layer)
             for r in ideal["rows"]]
+    outside, glue = unregioned_row(measured(ctx.result("baselines", Baselines).rows, "eager", ideal["tokens"]),
+                                   ideal["rows"])
+    if outside > 0:
+        rows.append(Candidate(name=UNREGIONED, measured_ms=outside, ideal_ms=0.0, layer_ms=layer))
     ranked = rank_candidates(rows, threshold=threshold)
     dropped = sorted({r.name for r in rows} - {k.candidate.name for k in ranked})
     stop = evaluate_stop_rule(ranked, layer, threshold=threshold)
@@ -41,8 +69,11 @@ def run(ctx: PhaseContext) -> PhaseResult:
     for k in items:
         if k["score_ms"] != k["score_ms"]:  # NaN would poison the ranking
             raise ValueError(f"rank: NaN score for {k['op']}")
+    caveat = stop_caveat(ideal["tokens"], outside, glue, cuda=ctx.result("plan", Plan).device.startswith("cuda"))
+    reason = f"{stop.reason} (caveat: {caveat})" if stop.stop else stop.reason
     data = {"layer_ms": layer, "tokens": ideal["tokens"], "ranked": items, "dropped": dropped,
-            "stop": {"stop": stop.stop, "reason": stop.reason, "threshold": stop.threshold}}
+            "unregioned_ms": outside, "eager_glue_ms": glue,
+            "stop": {"stop": stop.stop, "reason": reason, "threshold": stop.threshold, "caveat": caveat}}
     ctx.write_artifact("ranked.md", ctx.render("ranked.md.j2", rank=data))
     log(ctx, f"ranked {len(items)} glue op(s) on a {layer:.3f} ms layer at {ideal['tokens']} tokens "
              f"(dropped under {threshold:.0%}: {', '.join(dropped) or 'none'}); stop rule: {stop.reason}",
