@@ -23,7 +23,7 @@ from orchestrator.agent.tools import TOOLS, call_tool
 from orchestrator.errors import EXIT_FAILED, OrchestratorError, RunBusy, UsageError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
-StopReason = Literal["done", "aborted", "human", "model_stopped", "turn_limit"]
+StopReason = Literal["done", "aborted", "human", "job", "model_stopped", "turn_limit"]
 
 
 class AgentApiError(OrchestratorError):
@@ -38,7 +38,7 @@ class DriveResult:
     """How a drive ended.
 
     Attributes:
-        stop_reason: done | aborted | human | model_stopped | turn_limit.
+        stop_reason: done | aborted | human | job (a cluster job runs) | model_stopped | turn_limit.
         turns: messages.create calls made, e.g. 4.
         tool_calls: tool calls executed (each one an AgentActed event).
         transcript: artifact name of the stored transcript, e.g. "agent/transcript-...json".
@@ -156,8 +156,8 @@ def _stop_reason(state: dict[str, Any]) -> StopReason | None:
         return "done"
     if state["status"] == "aborted":
         return "aborted"
-    if state["awaiting"] == "human":
-        return "human"
+    if state["awaiting"] in ("human", "job"):  # a cluster job: nothing for the agent until it ends
+        return state["awaiting"]
     return None
 
 

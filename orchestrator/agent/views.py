@@ -39,6 +39,8 @@ def why_waiting(state: dict[str, Any]) -> str:
         return "a rule is broken: " + "; ".join(f"{v['guard']}: {v['message']}" for v in state["violations"])
     if state["awaiting"] == "human":
         return "waiting for a human to answer: " + ", ".join(q["key"] for q in state["pending"])
+    if state["awaiting"] == "job":
+        return f"waiting for cluster job(s): {state['summary']}; advance again once they end"
     if state["awaiting"] == "agent":
         codes = ", ".join(i["code"] for i in state["issues"]) or "see pending questions"
         return f"phase {state['phase']} needs the agent: {codes}"
