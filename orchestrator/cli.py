@@ -257,11 +257,20 @@ def status_cmd(settings: _Settings, run_id: str | None) -> int:
     if run_id is None:
         return _print_runs(settings)
     state = settings.store().read_state(run_id)
+    live = _jobs_now(state)
     if settings.as_json:
-        emit_json(status_view(state))
+        emit_json({**status_view(state), **({"jobs": live} if live else {})})
     else:
-        print(status_text(state))
+        print(status_text(state) + "".join(f"\njob      {j['key']} (job {j['job_id']}): {j['state']} {j['reason']}"
+                                           for j in live))
     return exit_code_for(state)
+
+
+def _jobs_now(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run waiting on cluster jobs: their states now (one squeue call)."""
+    from orchestrator.jobs import seen_now
+
+    return seen_now(state) if state.get("awaiting") == "job" else []
 
 
 @command(main, "list")

@@ -135,3 +135,19 @@ def hand_back(run: Any, workflow: Any, job: dict[str, Any]) -> None:
     except UsageError:
         return  # the job left no results: the phase reads its end state instead
     record_handback(run, handback, templates=workflow.templates, actor="engine")
+
+
+def seen_now(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's open jobs as squeue sees them now, for ``status`` (one call, writes nothing)."""
+    waiting = open_jobs(state)
+    try:
+        seen = cluster.lookup([j["key"] for j in waiting])
+    except cluster.QueryFailed as exc:
+        return [{**job_fields(j), "state": "UNKNOWN", "reason": f"squeue did not answer: {exc}"} for j in waiting]
+    gone = cluster.JobState(job_id="", state="ENDED", reason="no longer in squeue; advance takes its results")
+    return [{**job_fields(j), "state": seen.get(j["key"], gone).state, "reason": seen.get(j["key"], gone).reason}
+            for j in waiting]
+
+
+def job_fields(job: dict[str, Any]) -> dict[str, Any]:
+    return {"key": job["key"], "job_id": job.get("job_id")}

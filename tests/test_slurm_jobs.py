@@ -55,6 +55,8 @@ def test_a_job_is_waited_on_and_its_results_taken_back_with_no_person(slurm_clus
     job_id = job.split("|")[0]
     status = orch("status", run_id, state_dir=state_dir)
     assert "waiting (job)" in status.stdout and key in status.stdout and job_id in status.stdout, status.stdout
+    assert any(line.startswith(f"job      {key} (job {job_id}): ") and line.split(": ")[1].split()[0] in
+               ("PENDING", "RUNNING", "COMPLETING", "ENDED") for line in status.stdout.splitlines()), status.stdout
     done = advance_until_settled(state_dir, run_id)
     assert done.returncode == 0, done.stdout + done.stderr
     trail = events(state_dir, run_id)
