@@ -84,9 +84,12 @@ def refusal(settings: Settings, *, gpus: int) -> str:
     return (lines[-1] if lines else f"sbatch --test-only exit {done.returncode}").strip()
 
 
-def submit(settings: Settings, *, key: str, script: Path, results_dir: Path, gpus: int) -> str:
-    """``sbatch`` the script under ``key`` (job name and comment); its id. Results go to ``results_dir``."""
-    wanted = [f"--gpus-per-node={gpus}"] if gpus else []
+def submit(settings: Settings, *, key: str, script: Path, results_dir: Path, gpus: int, array: str = "") -> str:
+    """``sbatch`` the script under ``key`` (job name and comment); its id. Results go to ``results_dir``.
+
+    ``array``: a job array's index range (``0-7``), every task under the same key.
+    """
+    wanted = ([f"--gpus-per-node={gpus}"] if gpus else []) + ([f"--array={array}"] if array else [])
     done = _run(["sbatch", "--parsable", f"--job-name={key}", f"--comment=orchestrator:{key}", "--nodes=1",
                  *wanted, *settings.args(), f"--output={results_dir}/slurm-%j.out",
                  f"--export=ALL,RESULTS={results_dir}", str(script)])
@@ -100,17 +103,22 @@ class SubmitFailed(Exception):
 
 
 def lookup(keys: list[str]) -> dict[str, JobState]:
-    """Every job the controller still holds under one of ``keys``: one ``squeue`` call."""
+    """The job the controller still holds under each of ``keys``: one ``squeue`` call."""
+    return {name: state for name, state in lookup_all(keys)}
+
+
+def lookup_all(keys: list[str]) -> list[tuple[str, JobState]]:
+    """(key, state) of every job or array task the controller still holds under ``keys``: one ``squeue`` call."""
     if not keys:
-        return {}
-    done = _run(["squeue", "--states=all", "-h", "-o", "%i|%j|%T|%r", f"--name={','.join(keys)}"])
+        return []
+    done = _run(["squeue", "--states=all", "-h", "-r", "-o", "%i|%j|%T|%r", f"--name={','.join(keys)}"])
     if done.returncode != 0:
         raise QueryFailed((done.stderr.strip().splitlines() or [f"squeue exit {done.returncode}"])[-1])
-    found = {}
+    found = []
     for line in done.stdout.splitlines():
         job_id, name, state, reason = (line.split("|") + ["", "", "", ""])[:4]
         if name in keys:
-            found[name] = JobState(job_id=job_id, state=state, reason=reason)
+            found.append((name, JobState(job_id=job_id, state=state, reason=reason)))
     return found
 
 

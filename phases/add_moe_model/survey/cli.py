@@ -26,7 +26,15 @@ def register(main: click.Group, command: Callable[..., Any]) -> None:
     @click.option("--target", default="embedded", show_default=True, help="embedded, or a torchtitan checkout")
     @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
     @click.option("--out", metavar="DIR", help="Reports (default STATE_DIR/surveys/add-moe-model-TARGET).")
-    def survey_cmd(settings: Any, models: str, target: str, device: str, out: str | None) -> int:
+    @click.option("--executor", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+                  help="slurm: the model types as one job array (docs/slurm.md); run again to collect.")
+    @click.option("--tasks", type=click.IntRange(min=1), default=8, show_default=True, help="Array tasks (slurm).")
+    @click.option("--slurm-partition", default=None)
+    @click.option("--slurm-account", default=None)
+    @click.option("--slurm-time", default=None)
+    @click.option("--slurm-sbatch-args", default=None)
+    def survey_cmd(settings: Any, models: str, target: str, device: str, out: str | None, executor: str, tasks: int,
+                   **slurm: str | None) -> int:
         """Survey MoE model types: one add-moe-model run each (never a commit), one outcome each."""
         from phases.add_moe_model.survey.report import write_reports
         from phases.add_moe_model.survey.runner import SurveyOptions, run_survey
@@ -35,7 +43,15 @@ def register(main: click.Group, command: Callable[..., Any]) -> None:
                              out=Path(out) if out else default_out(settings.state_dir, target),
                              state_dir=settings.state_dir)
         say = (lambda _m: None) if settings.as_json else (lambda m: print(f"... {m}", file=sys.stderr, flush=True))
-        survey = run_survey(opts, say=say)
+        survey = run_survey(opts, say=say) if executor == "local" else run_on_slurm(opts, tasks, slurm, say=say)
+        if isinstance(survey, str):  # the job array still runs: run the same command again later
+            if settings.as_json:
+                from orchestrator.render import emit_json
+
+                emit_json({"waiting": survey, "out": str(opts.out)})
+            else:
+                print(survey, file=sys.stderr)
+            return 5
         paths = write_reports(survey, opts)
         if settings.as_json:
             from orchestrator.render import emit_json
@@ -72,3 +88,19 @@ def check_target(target: str) -> str:
 def default_out(state_dir: Path, target: str) -> Path:
     name = "embedded" if target == "embedded" else re.sub(r"[^A-Za-z0-9._-]+", "-", str(Path(target).resolve()))
     return state_dir / "surveys" / f"add-moe-model-{name.strip('-')}"
+
+
+def run_on_slurm(opts: Any, tasks: int, slurm: dict[str, str | None], *, say: Callable[[str], None]) -> Any:
+    """Check the cluster (exit 2 on refusal), then submit, poll or merge the survey's job array."""
+    from orchestrator import cluster
+    from orchestrator.trail.store import RunStore
+    from phases.add_moe_model.survey.array import run_array
+    from phases.add_moe_model.survey.runner import discover, warm_root
+
+    settings = cluster.settings_from(slurm)
+    cluster.check_ready(settings)
+    RunStore(opts.state_dir).ensure_writable()
+    root = warm_root(opts.target, opts.state_dir)  # made once here, not by the tasks at the same time
+    models = list(opts.models) if opts.models else [m["model_type"] for m in discover(root)["models"]]
+    opts.out.mkdir(parents=True, exist_ok=True)
+    return run_array(opts, models, tasks=tasks, settings=settings, say=say)
