@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -40,3 +43,27 @@ def test_the_survey_runs_as_one_job_array_and_the_same_command_collects_it(slurm
     audited = cli("audit", rows["jamba"]["run_id"], "--no-anchor", state_dir=tmp_path / "state")
     assert audited.returncode == 0, audited.stdout + audited.stderr
     assert (tmp_path / "out" / "SURVEY.md").is_file()
+
+
+def test_kill_9_between_sbatch_and_record_then_the_same_command_finds_the_array_instead_of_resubmitting(
+        slurm_cluster, tmp_path):
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True, check=True).stdout.strip()
+    (shim / "sbatch").write_text(f"#!/bin/bash\nout=$({real} \"$@\"); rc=$?\necho \"$out\"\n"
+                                 "case \" $* \" in *' --parsable '*) kill -9 $PPID;; esac\nexit $rc\n")
+    (shim / "sbatch").chmod(0o755)
+    command = ["survey", "add-moe-model", "--models", "youtu,jamba", "--device", "cpu", "--executor", "slurm",
+               "--tasks", "2", "--slurm-sbatch-args", "--hold", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    killed = subprocess.run([sys.executable, "-m", "orchestrator.cli", *command, "--state-dir",
+                             str(tmp_path / "state")], capture_output=True, text=True, env=env, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    intent = json.loads((tmp_path / "out" / "array.json").read_text())
+    assert intent["job_id"] == "" and len(squeue_named(intent["key"])) == 1, "one (held) array under the key"
+    again = cli(*command, state_dir=tmp_path / "state")
+    assert again.returncode == 5, again.stderr
+    recovered = json.loads((tmp_path / "out" / "array.json").read_text())
+    held = squeue_named(intent["key"])
+    subprocess.run(["scancel", recovered["job_id"]], check=True)
+    assert recovered["key"] == intent["key"] and len(held) == 1 and held[0].startswith(recovered["job_id"] + "_["), held
