@@ -321,42 +321,6 @@ def show_cmd(settings: _Settings, run_id: str, last_events: int) -> int:
     return EXIT_OK
 
 
-@command(main, "audit")
-@click.argument("run_id")
-@click.option("--schema/--no-schema", default=False, show_default=True,
-              help="Also validate every event against its pydantic model (slow on long trails).")
-@click.option("--no-anchor", is_flag=True, help="Skip the anchor check (a run copied from another machine).")
-def audit_cmd(settings: _Settings, run_id: str, schema: bool, no_anchor: bool) -> int:
-    """Verify RUN's trail: hash chain, anchor, meaning, run.json, artifacts, workflow rules (and schema)."""
-    from orchestrator.trail.audit import audit_run
-    from orchestrator.render import emit_json
-    from orchestrator.workflow import load_workflow
-
-    store = settings.store()
-    run_dir = store.run_dir(run_id)
-    workflow = _workflow_for(store, run_id, load_workflow)
-    rules = dict(workflow.rules) if workflow is not None else {}
-    findings = audit_run(run_dir, rules=rules, schema=schema, workflow=workflow, anchor=not no_anchor)
-    if settings.as_json:
-        emit_json({"run_id": run_id, "ok": not findings,
-                   "findings": [{"seq": f.seq, "check": f.check, "message": f.message} for f in findings]})
-    elif findings:
-        for f in findings:
-            print(f"seq {f.seq if f.seq is not None else '-':>6}  {f.check:18} {f.message}")
-    else:
-        checked = ["chain"] + ["schema"] * schema + ["anchor"] * (not no_anchor) + ["meaning"] * (workflow is not None)
-        print(f"{run_id}: trail intact ({', '.join(checked + ['run.json', 'artifacts', 'rules'])})")
-    return EXIT_FAILED if findings else EXIT_OK
-
-
-def _workflow_for(store: Any, run_id: str, load_workflow: Callable) -> Any:
-    """The run's workflow, if the trail's first line names a known one (else None: no meaning checks)."""
-    try:
-        return load_workflow(store.read_first_event(run_id)["data"]["workflow"])
-    except (OrchestratorError, KeyError, IndexError, TypeError):
-        return None
-
-
 @command(main, "abort")
 @click.argument("run_id")
 @click.option("--reason", required=True, help="Why the run stops (recorded).")
@@ -391,7 +355,7 @@ def _register_plugins() -> None:
 
     from orchestrator.workflow import BUILTIN_COMMANDS
 
-    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", *BUILTIN_COMMANDS):
+    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "orchestrator.cli_trail", *BUILTIN_COMMANDS):
         try:
             importlib.import_module(module).register(main, command)
         except ModuleNotFoundError as exc:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from orchestrator import engine
-from orchestrator.trail.anchor import Head, anchor_path, write_anchor
+from orchestrator.trail.anchor import Head, anchor_path, signed_body, write_anchor
 from orchestrator.trail.chain import GENESIS_HASH, chain_hash
 from orchestrator.trail.snapshot import replay
 from orchestrator.trail.store import RunStore
@@ -49,9 +49,28 @@ def forged(trail: list[dict[str, Any]], type_: str, data: dict[str, Any], *, act
 
 
 def reanchor(run_dir: Path) -> None:
-    """What only a holder of the trail key can do: sign the forged head."""
+    """What only a holder of the signing key can do: sign the forged head."""
     trail = events(run_dir.parent.parent, run_dir.name)
-    write_anchor(run_dir.name, trail[0]["hash"], Head(seq=trail[-1]["seq"], hash=trail[-1]["hash"]), None)
+    write_anchor(run_dir.name, trail[0]["hash"], Head(seq=trail[-1]["seq"], hash=trail[-1]["hash"]), None,
+                 trail[0]["data"]["signer"])
+
+
+def another_key() -> Any:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate()
+
+
+def sign_with(other: Any, run_dir: Path, trail: list[dict[str, Any]]) -> str:
+    """A head for the trail as it now stands, Ed25519-signed by ``other`` (not the run's key); its public key."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    head = Head(seq=trail[-1]["seq"], hash=trail[-1]["hash"])
+    record = {"run_id": run_dir.name, "genesis": trail[0]["hash"], "seq": head.seq, "hash": head.hash, "prev": None,
+              "sig": other.sign(signed_body(run_dir.name, trail[0]["hash"], head, None)).hex(),
+              "key": other.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()}
+    anchor_path(run_dir.name, trail[0]["hash"]).write_text(json.dumps(record))
+    return str(record["key"])
 
 
 def _edit_line(run_dir: Path, trail: list[dict[str, Any]]) -> None:
@@ -114,7 +133,25 @@ def _other_runs_anchor(run_dir: Path, trail: list[dict[str, Any]]) -> None:
     anchor_path(run_dir.name, trail[0]["hash"]).write_text(json.dumps(record))
 
 
-def _anchor_with_another_key(run_dir: Path, trail: list[dict[str, Any]]) -> None:
+def _head_signed_by_another_key(run_dir: Path, trail: list[dict[str, Any]]) -> None:
+    trail.append(forged(trail, "note_added", {"kind": "devlog", "text": "forged"}))
+    write_trail(run_dir, trail)
+    sign_with(another_key(), run_dir, trail)
+
+
+def _swap_the_public_key(run_dir: Path, trail: list[dict[str, Any]]) -> None:
+    """Re-hash the run under a genesis that names the forger's key, and sign its head with that key."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    forger = another_key()
+    public = forger.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+    trail[0]["data"]["signer"] = {**trail[0]["data"]["signer"], "public_key": public}
+    trail.append(forged(trail, "note_added", {"kind": "devlog", "text": "forged"}))
+    write_trail(run_dir, trail)
+    sign_with(forger, run_dir, trail)
+
+
+def _legacy_mac_on_a_signed_run(run_dir: Path, trail: list[dict[str, Any]]) -> None:
     trail.append(forged(trail, "note_added", {"kind": "devlog", "text": "forged"}))
     write_trail(run_dir, trail)
     import hashlib
@@ -157,7 +194,9 @@ STATE_DIR_TAMPERS: dict[str, tuple[Tamper, bool]] = {
     "re-hash the whole chain and rewrite run.json": (_rehash_whole_chain, True),
     "edit run.json phase/status/pending/answers": (_edit_snapshot, True), "delete run.json": (_delete_snapshot, True),
     "delete the anchor": (_delete_anchor, True), "edit the anchor": (_other_runs_anchor, True),
-    "sign a forged head with another key": (_anchor_with_another_key, True),
+    "an HMAC head on a signed run": (_legacy_mac_on_a_signed_run, True),
+    "a head signed by another key": (_head_signed_by_another_key, True),
+    "a swapped public key": (_swap_the_public_key, True),
     "garbage after the head": (_garbage_after_head, True), "an unchained JSON line": (_unchained_json_line, True),
     "the log of another run": (_log_of_another_run, True), "edit an artifact": (_edit_artifact, False),
 }
@@ -242,3 +281,38 @@ def test_forgery_with_the_key_is_caught_by_meaning(tmp_path: Path, name: str) ->
     reanchor(run_dir)
     audit = json.loads(cli("audit", run_id, "--json", state_dir=tmp_path / "state").stdout)
     assert [f["check"] for f in audit["findings"]] and {f["check"] for f in audit["findings"]} == {"meaning"}, audit
+
+
+def test_truncation_behind_a_witnessed_head_is_caught(tmp_path: Path) -> None:
+    """Even the key holder cannot drop events a witness saw: audit --witness finds the cut."""
+    target = tmp_path / "target"
+    make_repo(target, {"a.txt": "hello\n", "allowed/README": "edit here\n"})
+    state, store = tmp_path / "state", RunStore(tmp_path / "state")
+    run_id = engine.start("toy", {"target": str(target), "color": "red"}, store=store).run_id
+    engine.advance(run_id, store=store)
+    witness = tmp_path / "elsewhere" / "head.json"
+    witness.parent.mkdir()
+    assert cli("witness", run_id, "--to", str(witness), state_dir=state).returncode == 0
+    assert cli("audit", run_id, "--witness", str(witness), state_dir=state).returncode == 0
+    run_dir = state / "runs" / run_id
+    write_trail(run_dir, events(state, run_id)[:-2], rehash=False)
+    reanchor(run_dir)
+    audit = json.loads(cli("audit", run_id, "--json", "--witness", str(witness), state_dir=state).stdout)
+    assert "witness" in {f["check"] for f in audit["findings"]}, audit
+
+
+def test_copied_trail_audits_with_the_public_key_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy with its heads/ but no private key verifies, and names whose key signed."""
+    target = tmp_path / "target"
+    make_repo(target, {"a.txt": "hello\n", "allowed/README": "edit here\n"})
+    state = tmp_path / "state"
+    run_id = engine.start("toy", {"target": str(target), "color": "red"}, store=RunStore(state)).run_id
+    copy = tmp_path / "copy"
+    shutil.copytree(state, copy / "state")
+    heads = anchor_path(run_id, events(state, run_id)[0]["hash"]).parent
+    shutil.copytree(heads, copy / "anchors" / "heads")
+    monkeypatch.setenv("ORCHESTRATOR_ANCHOR_DIR", str(copy / "anchors"))
+    audit = cli("audit", run_id, "--json", state_dir=copy / "state")
+    result = json.loads(audit.stdout)
+    assert audit.returncode == 0 and result["signed_by"].startswith("ed25519 key "), result
+    assert not (copy / "anchors" / "trail.ed25519").exists()

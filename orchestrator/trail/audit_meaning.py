@@ -164,24 +164,3 @@ _CHECKS = {
     "transition_taken": _transition_taken, "question_asked": _question_asked, "answer_accepted": _answer_accepted,
     "run_finished": _run_finished, "run_aborted": _run_aborted, "agent_acted": _agent_acted,
 }
-
-
-def check_anchor(run_dir: Path, events: list[dict[str, Any]], torn: bool) -> list[tuple[int | None, str]]:
-    """The log's head against the signed anchor outside the state dir."""
-    from orchestrator.trail.anchor import AnchorError, Head, read_anchor
-
-    try:
-        anchor = read_anchor(run_dir.name, events[0]["hash"])
-    except AnchorError as exc:
-        return [(None, str(exc))]
-    last = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
-    if last == anchor.head:
-        return []
-    prev = anchor.prev
-    if prev is not None and last.seq <= anchor.head.seq and prev.seq < len(events) \
-            and events[prev.seq]["hash"] == prev.hash and (last.seq < anchor.head.seq or torn):
-        return [(prev.seq, f"the write of seq {prev.seq + 1}..{anchor.head.seq} announced by the anchor is not "
-                           "(fully) in the log: a crash mid-write (the next writing command repairs it and records "
-                           "trail_repaired) or a dropped tail")]
-    return [(last.seq, f"the log ends at seq {last.seq} but the anchor outside the state dir names seq "
-                       f"{anchor.head.seq} with another hash: events were dropped, appended or re-hashed")]

@@ -56,6 +56,8 @@ class RunStarted(_Data):
     """Target state before any edit: commit, branch, status (porcelain lines)."""
     initial_phase: str
     """The phase the machine starts in."""
+    signer: dict[str, Any] | None = None
+    """The public key that signs this run's heads: {algorithm, public_key (hex), holder}; None in legacy runs."""
 
 
 class PhaseStarted(_Data):

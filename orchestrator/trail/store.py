@@ -2,7 +2,7 @@
 
 Layout: ``<state>/runs/<run_id>/{events.jsonl, run.json, artifacts/, .lock}``.
 Writers hold the run's file lock (``RunStore.open_run``), which verifies the log first
-(``orchestrator.trail.verify``); readers never take it and never verify. Each write signs the new
+(``trail.verify`` on ``trail.inspector``'s report); readers never take it and never verify. Each write signs the new
 head outside the state dir (``orchestrator.trail.anchor``), then appends and fsyncs its lines
 before the engine acts on them; run.json is rewritten atomically (temp file, fsync, rename)
 when a writer flushes or closes. A reader that finds run.json behind the log replays the
@@ -25,15 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
+from orchestrator.errors import RunBusy, RunNotFound, TrailCorrupt, UsageError
 from orchestrator.trail.anchor import AnchorWriter, Head
 from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION, chain_hash
-from orchestrator.errors import RunBusy, RunNotFound, TrailCorrupt, UsageError
 from orchestrator.trail.snapshot import apply_event, empty_state, replay
-from orchestrator.trail.trail_io import last_line, parse_trail
-
-EVENTS = "events.jsonl"
-SNAPSHOT = "run.json"
-ARTIFACTS = "artifacts"
+from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, last_line, parse_trail
 
 
 def utc_now() -> str:
@@ -42,21 +38,6 @@ def utc_now() -> str:
 
 def new_run_id(workflow: str) -> str:
     return f"{workflow}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-def atomic_write(path: Path, content: bytes) -> None:
-    """Write ``content`` to ``path`` so that readers see the old or the new file, never half."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def check_artifact_name(name: str) -> str:
@@ -75,11 +56,12 @@ class OpenRun:
     progress, so the in-memory state and the log never part.
     """
 
-    def __init__(self, run_dir: Path, state: dict[str, Any], *, genesis: str | None = None) -> None:
+    def __init__(self, run_dir: Path, state: dict[str, Any], *, genesis: str | None = None,
+                 signer: dict[str, Any] | None = None) -> None:
         self.dir = run_dir
         self.run_id = run_dir.name
         self.state = state
-        self._genesis = genesis
+        self._genesis, self._signer = genesis, signer
         self._durable = Head(seq=state["last_seq"], hash=state["chain_head"]) if state["last_seq"] >= 0 else None
         self._batch: tuple[list[dict[str, Any]], list[bytes]] | None = None
         self._anchor: AnchorWriter | None = None
@@ -148,7 +130,7 @@ class OpenRun:
         head = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
         genesis = self._genesis or events[0]["hash"]
         if self._anchor is None:
-            self._anchor = AnchorWriter(self.run_id, genesis)
+            self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
         self._anchor.write(head, self._durable)
         blob = memoryview(b"".join(lines))
         while blob:
@@ -199,6 +181,14 @@ _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
+def _open_verified(run_dir: Path, verified: Any) -> OpenRun:
+    run = OpenRun(run_dir, verified.state, genesis=verified.genesis, signer=verified.signer)
+    if verified.repair is not None:
+        run.append(verified.repair)
+        run.flush()
+    return run
+
+
 class RunStore:
     """All runs under one state directory."""
 
@@ -244,9 +234,12 @@ class RunStore:
         try:
             (tmp / ARTIFACTS).mkdir()
             (tmp / EVENTS).touch()
-            run = OpenRun(tmp, empty_state(run_id))
+            from orchestrator.trail.signing import own_signer
+
+            signer = own_signer(create=True)
+            run = OpenRun(tmp, empty_state(run_id), signer=signer)
             run.run_id = run_id
-            run.append(started)
+            run.append(started.model_copy(update={"signer": signer}))
             run.close()
             os.replace(tmp, self.runs_dir / run_id)
         except BaseException:
@@ -264,7 +257,7 @@ class RunStore:
         """
         import filelock
 
-        from orchestrator.trail.verify import open_verified
+        from orchestrator.trail.verify import verify_for_writing
 
         held = self._held()
         if run_id in held:
@@ -278,7 +271,7 @@ class RunStore:
             raise RunBusy(f"run {run_id} is busy: another orchestrator process is changing it; "
                           "wait for it to finish (reads such as status never block)") from None
         try:
-            run = open_verified(run_dir)
+            run = _open_verified(run_dir, verify_for_writing(run_dir))
             held[run_id] = run
             try:
                 yield run

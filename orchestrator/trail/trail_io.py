@@ -2,20 +2,40 @@
 
 A line is complete when it ends with a newline; the bytes after the last newline are a torn
 tail (a write that did not finish). Readers ignore a torn tail; the next writer repairs it
-(``verify.open_verified``). Standard library plus orjson (fast parse of long trails).
+(``store.open_run`` on the inspector's answer). Standard library plus orjson (fast parse of long trails).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import TrailCorrupt
 
 CHUNK = 1 << 16
+EVENTS = "events.jsonl"
+SNAPSHOT = "run.json"
+ARTIFACTS = "artifacts"
+
+
+def atomic_write(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` so that readers see the old or the new file, never half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def read_raw(path: Path) -> bytes:
@@ -35,8 +55,8 @@ def split_lines(raw: bytes) -> tuple[list[bytes], bytes]:
     return lines, torn
 
 
-def parse_lines(lines: list[bytes], path: Path) -> list[dict[str, Any]]:
-    """Every line as a dict; TrailCorrupt naming the first line that is not a JSON object."""
+def parse_events(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every line as a dict, and one problem per line that is not a JSON object (the one parser)."""
     import orjson
 
     # NOTE: the parse builds millions of small containers; the cyclic GC would rescan them again
@@ -46,20 +66,30 @@ def parse_lines(lines: list[bytes], path: Path) -> list[dict[str, Any]]:
     try:  # one parse of the whole log is much faster than a parse per line
         events = orjson.loads(b"[" + b",".join(lines) + b"]")
         if all(isinstance(e, dict) for e in events):
-            return events
+            return events, []
     except orjson.JSONDecodeError:
         pass
     finally:
         if enabled:
             gc.enable()
+    events, problems = [], []
     for line_no, line in enumerate(lines, start=1):
         try:
-            if not isinstance(json.loads(line), dict):
+            event = json.loads(line)
+            if not isinstance(event, dict):
                 raise ValueError("not an object")
+            events.append(event)
         except ValueError as exc:
-            raise TrailCorrupt(f"{path} line {line_no} is not a JSON event ({exc}); "
-                               "run `orchestrator audit` for details") from None
-    raise TrailCorrupt(f"{path} does not parse; run `orchestrator audit` for details")
+            problems.append(f"line {line_no} is not a JSON event ({exc})")
+    return events, problems
+
+
+def parse_lines(lines: list[bytes], path: Path) -> list[dict[str, Any]]:
+    """Every line as a dict; TrailCorrupt naming the first line that is not a JSON object."""
+    events, problems = parse_events(lines)
+    if problems:
+        raise TrailCorrupt(f"{path} {problems[0]}; run `orchestrator audit` for details")
+    return events
 
 
 def parse_trail(path: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,136 @@
+"""Who signs a trail's heads: an Ed25519 key kept outside the state dir, its public half in the run.
+
+The private key is ``<anchor dir>/trail.ed25519`` (32 raw bytes, mode 0600, made on first use);
+``trail.ed25519.pub`` beside it holds ``{"public_key", "holder"}`` (the holder is user@host at
+creation). A run records that public record in its genesis event, so anyone holding the trail
+verifies its heads; only the key holder can sign them. Runs made before Ed25519 carry no signer
+and keep the legacy HMAC under ``trail.key`` (verifying those needs that secret).
+``cryptography`` is imported only when a key is used, never on the read path.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import hmac
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+PRIVATE_NAME = "trail.ed25519"
+PUBLIC_NAME = "trail.ed25519.pub"
+LEGACY_KEY_NAME = "trail.key"
+KEY_BYTES = 32
+
+
+class AnchorError(Exception):
+    """A key or a signed head is missing, malformed, or does not verify."""
+
+
+def anchor_dir() -> Path:
+    override = os.environ.get("ORCHESTRATOR_ANCHOR_DIR")
+    if override:
+        return Path(override)
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "orchestrator"
+
+
+def key_id(public_key: str) -> str:
+    return hashlib.sha256(bytes.fromhex(public_key)).hexdigest()[:16]
+
+
+def describe(signer: dict[str, Any]) -> str:
+    return f"ed25519 key {key_id(signer['public_key'])} of {signer.get('holder') or 'an unnamed holder'}"
+
+
+def own_signer(*, create: bool) -> dict[str, Any] | None:
+    """This anchor dir's public record ``{algorithm, public_key, holder}``; made with the key when ``create``."""
+    public = anchor_dir() / PUBLIC_NAME
+    if public.exists():
+        return _read_public(public)
+    if not create:
+        return None
+    _private_key(create=True)
+    return _read_public(public)
+
+
+def _read_public(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+        bytes.fromhex(record["public_key"])
+        return {"algorithm": "ed25519", "public_key": record["public_key"], "holder": str(record.get("holder", ""))}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise AnchorError(f"{path} is not a public key record") from None
+
+
+_PRIVATE: dict[Path, Any] = {}
+
+
+def _private_key(*, create: bool) -> Any:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    path = anchor_dir() / PRIVATE_NAME
+    if path in _PRIVATE:
+        return _PRIVATE[path]
+    raw = _read_or_make(path, create=create)
+    if raw is None:
+        raise AnchorError(f"no signing key at {path}: only the key's holder can write this run")
+    key = Ed25519PrivateKey.from_private_bytes(raw)
+    public = anchor_dir() / PUBLIC_NAME
+    if not public.exists():
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+        pub = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+        holder = f"{getpass.getuser()}@{socket.gethostname()}"
+        _write_exclusive(public, json.dumps({"public_key": pub, "holder": holder}).encode(), mode=0o644)
+    _PRIVATE[path] = key
+    return key
+
+
+def _read_or_make(path: Path, *, create: bool) -> bytes | None:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if not create:
+            return None
+        _write_exclusive(path, os.urandom(KEY_BYTES), mode=0o600)
+        raw = path.read_bytes()
+    if len(raw) != KEY_BYTES:
+        raise AnchorError(f"{path} is not a {KEY_BYTES}-byte key")
+    return raw
+
+
+def _write_exclusive(path: Path, content: bytes, *, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:  # another process made it first
+        return
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def sign(body: bytes) -> str:
+    return _private_key(create=True).sign(body).hex()
+
+
+def verify(public_key: str, signature: str, body: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_key)).verify(bytes.fromhex(signature), body)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def legacy_mac(body: bytes, *, create: bool = False) -> str | None:
+    """HMAC-SHA256 under ``trail.key`` (runs made before Ed25519); None when there is no key."""
+    path = anchor_dir() / LEGACY_KEY_NAME
+    key = _read_or_make(path, create=create)
+    return None if key is None else hmac.new(key, body, hashlib.sha256).hexdigest()
