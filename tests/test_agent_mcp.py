@@ -178,6 +178,20 @@ def test_an_agent_without_a_shell_commits_a_candidate_branch_and_submits_it(
             made = await call(client, "commit_branch", run_id=run_id, branch="candidate/fix", message="write the fix")
             assert made["status"] == "ok" and made["data"]["files"] == ["allowed/README", "allowed/fixed.txt"], made
             assert "submit kind='candidate'" in made["message"]
+            await call(client, "submit", run_id=run_id, kind="candidate", args={"branch": "main", "label": "nothing"})
+            explained = (await call(client, "explain", run_id=run_id))["data"]
+            assert explained["outcome"]["candidate_submitted"]["count"] == 1, explained["outcome"]
+            assert explained["outcome"]["candidate_submitted"]["latest"][0]["branch"] == "main"
+            assert explained["phase_findings"] == {} and explained["issues"][0]["code"] == "candidate_wanted"
+            assert explained["submissions"]["candidate"]["may_run_phases"] == ["pick"]
+            asked = await call(client, "escalate", run_id=run_id, question="Is main a fair candidate?", key="fair")
+            assert "The engine cannot act on it" in asked["message"], asked
+            assert f"orchestrator resume {run_id} --waive candidate_wanted --reason TEXT" in asked["message"]
+            assert f"orchestrator abort {run_id} --reason TEXT" in asked["message"]
+            assert asked["data"]["engine_acts_on_answer"] is False
+            resumed = cli("resume", run_id, "--answer", "fair=no", state_dir=state_dir)
+            assert "cannot act on an agent's question" in resumed.stdout + resumed.stderr, resumed
+            assert store.read_state(run_id)["phase"] == "pick"
             again = await call(client, "commit_branch", run_id=run_id, branch="candidate/fix", message="again")
             assert again["status"] == "refused" and "already exists" in again["message"]
             clean = await call(client, "commit_branch", run_id=run_id, branch="candidate/two", message="again")
@@ -196,3 +210,49 @@ def test_an_agent_without_a_shell_commits_a_candidate_branch_and_submits_it(
     assert [a["tool"] for a in acted if a["tool"] == "commit_branch"] == ["commit_branch"] * 5
     for run in (run_id, toy_id):
         assert cli("audit", run, state_dir=state_dir).returncode == 0
+
+
+def test_over_stdio_progress_comes_as_notifications_and_reads_never_wait_on_a_held_run(
+        agent_env: None, toy_repo: Path, state_dir: Path) -> None:
+    import subprocess
+    import time
+
+    from mcp import Client, StdioServerParameters
+
+    from tests.test_reliability_agent import HOLD_LOCK
+
+    env = {**os.environ, "ORCHESTRATOR_WORKFLOWS": AGENT_TOY_REF, "ORCHESTRATOR_BUSY_WAIT_S": "1"}
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=env,
+                                   args=["-m", "orchestrator.cli", "mcp", "--state-dir", str(state_dir)])
+    store = RunStore(state_dir)
+    run_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red"}, store=store).run_id
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def scenario() -> dict[str, float]:
+        async with Client(params, read_timeout_seconds=120) as client:
+            for _ in range(3):
+                await client.call_tool("advance", {"run_id": run_id}, progress_callback=on_progress)
+            holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(store.run_dir(run_id) / ".lock"), "6"],
+                                      stdout=subprocess.PIPE)
+            assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+            waited = {}
+            for tool, extra in (("status", {}), ("explain", {}), ("read_file", {"path": "allowed/README"})):
+                began = time.monotonic()
+                answer = await call(client, tool, run_id=run_id, **extra)
+                waited[tool] = time.monotonic() - began
+                assert answer["status"] == "ok" and "not in the trail" in answer["message"], answer
+            busy = await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="ok\n")
+            assert busy["status"] == "refused" and "busy" in busy["message"] and "nothing was done" in busy["message"]
+            holder.wait(timeout=30)
+            assert "not in the trail" not in (await call(client, "status", run_id=run_id))["message"]
+            return waited
+
+    waited = anyio.run(scenario)
+    assert max(waited.values()) < 3, waited
+    assert any("worker" in m for m in progress), progress
+    acted = [e["data"]["tool"] for e in store.read_events(run_id) if e["type"] == "agent_acted"]
+    assert acted == ["advance"] * 3 + ["status"]  # the busy calls said they were not recorded
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0

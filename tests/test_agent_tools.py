@@ -123,6 +123,18 @@ def test_edit_keeps_line_endings_and_frozen_paths(toy_repo: Path) -> None:
     assert (toy_repo / "allowed" / "README").read_text() == "edit here\n"
 
 
+def test_explain_shrinks_big_findings_into_json_objects() -> None:
+    from orchestrator.agent.views import shrink
+
+    findings = {"ranked": [{"op": f"op{i}", "gap_ms": i / 3} for i in range(5000)], "note": "x" * 30_000,
+                "stop": {"stop": False}}
+    small = shrink(findings)
+    assert len(json.dumps(small)) <= 8000 and small["stop"] == {"stop": False}
+    assert small["ranked"][0] == {"op": "op0", "gap_ms": 0.0} and small["ranked"][-1]["omitted"] > 4000
+    assert small["note"].endswith("more chars)") and "json_head" not in json.dumps(small)
+    assert shrink({"a": 1}) == {"a": 1}
+
+
 def test_fix_cycle_and_refusals_are_recorded(agent_env: None, toy_repo: Path, state_dir: Path) -> None:
     store = RunStore(state_dir)
     call = Caller(store)

@@ -4,8 +4,9 @@ Each entry of ``tools.TOOLS`` becomes one MCP tool whose input schema is the too
 argument schema (no ``anyOf``), not one inferred from a Python signature. Arguments reach
 ``tools.call_tool`` untouched, so a malformed call is refused and recorded by the same
 dispatcher our Anthropic loop uses. Handlers run in a worker thread; a phase's progress
-lines become MCP progress notifications (when the client sent a progress token). Logs go
-to stderr only: stdout carries the protocol.
+lines (the ones the CLI prints, the workers' steps and ETAs) become MCP progress
+notifications (when the client sent a progress token). Logs go to stderr only: stdout
+carries the protocol.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def _build_tool(spec: ToolSpec, *, store: Any, session: str) -> Tool:
 
 
 def _progress_sender(ctx: Context) -> Any:
-    """A thread-side callback that sends each progress line as an MCP progress notification."""
+    """A thread-side callback that sends each progress line the CLI prints as an MCP progress notification
+    (the client must send a progress token: MCP sends none otherwise)."""
     count = 0
 
     def send(message: str) -> None:

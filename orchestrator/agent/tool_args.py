@@ -67,7 +67,9 @@ class StatusArgs(RunArgs):
 
 class AdvanceArgs(RunArgs):
     """Run the current phase once (at most one phase per call) and report where the run stands.
-    Call it after each fix; repeat while status stays ok and the run is not done."""
+    Call it after each fix; repeat while status stays ok and the run is not done. A phase may
+    run for minutes (local-compile-perf's baselines and findings, add-moe-model's numerics and
+    parallelism); its progress comes as MCP progress notifications (send a progress token)."""
 
 
 class ListRunsArgs(ToolArgs):
@@ -87,8 +89,10 @@ class ReadArtifactArgs(RunArgs):
 
 
 class ExplainArgs(RunArgs):
-    """Why the run waits, what the current phase found, where the skill says each fix goes, which
-    paths may be edited now, and the skill's rules for this phase. Start here."""
+    """Why the run waits, what the current phase found (phase_findings, JSON), the outcome so far
+    (outcome: each record kind's count and latest rows, e.g. candidate verdicts and the stack),
+    where the skill says each fix goes, which paths may be edited now, and the skill's rules for
+    this phase. Start here. Reads never wait for a run another process is changing."""
 
 
 class AnswerArgs(RunArgs):
@@ -103,8 +107,13 @@ class AnswerArgs(RunArgs):
 
 class SubmitArgs(RunArgs):
     """Submit input the run's workflow takes from outside while it waits in a phase: kind "candidate"
-    (a branch to measure, local-compile-perf) or "patch" (a temporary patch of the gap-analysis ledger,
-    add-moe-model). explain lists the kinds the current phase takes, each with its fields' JSON schema."""
+    (a branch to measure, local-compile-perf; make it with commit_branch) or "patch" (a temporary
+    patch of the gap-analysis ledger, add-moe-model). explain lists the kinds the current phase
+    takes, each with its fields' JSON schema and the phases it may run. A submission drives the
+    run on until it waits again, in this one call: a candidate runs pick_fix, graph_budget,
+    screen_confirm, correctness and commit_scope (minutes on a CPU; a rejection goes back to
+    pick_fix), a patch is measured in a fresh process. Progress comes as MCP progress
+    notifications (send a progress token); give the call a long timeout (the trail records it either way)."""
 
     kind: str
     """The submission kind, e.g. "candidate" or "patch"."""

@@ -46,8 +46,8 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ApplyDiffArgs,
     Status,
 )
-from orchestrator.agent.views import clip, live_state, next_steps, phase_spec, scope_for, state_result
-from orchestrator.agent.views import submission_schemas, why_waiting
+from orchestrator.agent.views import live_state, next_steps, outcome_so_far, phase_spec, scope_for, shrink
+from orchestrator.agent.views import state_result, submission_schemas, what_a_person_can_do, why_waiting
 from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageError
 
 log = logging.getLogger("orchestrator.agent")
@@ -57,6 +57,8 @@ BUSY_WAIT_S = float(os.environ.get("ORCHESTRATOR_BUSY_WAIT_S", "10"))
 ACTING = frozenset({"advance", "answer", "submit", "revert_patches", "note", "escalate", "write_file",
                     "edit_file", "apply_diff", "commit_branch"})
 """Tools that change a run or its target: each runs and is recorded under the run's lock."""
+READ_RECORD_WAIT_S = 0.5
+"""How long a read (status, explain, read_file...) waits to record itself: reads never wait on a busy run."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,8 +104,11 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
     result = _dispatch(name, arguments, env=env)
     if name == "start_run":
         run_id = result.data.get("run_id")
-    if run_id:
-        record_action(store, run_id, tool=name, call_id=call_id, arguments=arguments, outcome=result.outcome())
+    if run_id and not record_action(store, run_id, tool=name, call_id=call_id, arguments=arguments,
+                                    outcome=result.outcome(), wait_s=READ_RECORD_WAIT_S):
+        result = result.model_copy(update={"message": f"{result.message}; this call is not in the trail: run {run_id} "
+                                   "is busy (another process is changing it), so the answer is its last committed "
+                                   "state and no record could be written"})
     return result
 
 
@@ -140,8 +145,8 @@ def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResu
 
 
 def record_action(store: Any, run_id: str, *, tool: str, call_id: str, arguments: dict[str, Any],
-                  outcome: str, wait_s: float = 10.0) -> None:
-    """Append AgentActed under the run's lock (waiting briefly when a CLI holds it)."""
+                  outcome: str, wait_s: float = 10.0) -> bool:
+    """Append AgentActed under the run's lock (waiting up to ``wait_s``); False when it stayed busy."""
     from orchestrator.trail import events as ev
     from orchestrator.errors import RunNotFound
 
@@ -151,13 +156,13 @@ def record_action(store: Any, run_id: str, *, tool: str, call_id: str, arguments
             with store.open_run(run_id) as run:
                 run.append(ev.AgentActed(tool=tool, call_id=call_id, arguments=_recordable(arguments),
                                          outcome=outcome[:1000]), actor="agent", phase=run.state["phase"] or None)
-            return
+            return True
         except RunNotFound:
-            return
+            return True  # no run, no trail: the answer already says the run does not exist
         except RunBusy:
             if time.monotonic() > deadline:
                 log.warning("could not record %s call %s on run %s: run busy", tool, call_id, run_id)
-                return
+                return False
             time.sleep(0.1)
 
 
@@ -244,7 +249,8 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
         "issues": state["issues"], "pending": pending, "violations": state["violations"],
         "allowed_paths": list(spec.allowed_paths) if spec else [],
         "agent_notes": spec.agent_notes if spec else "",
-        "phase_findings": clip(state["results"].get(state["phase"], {})),
+        "phase_findings": shrink(state["results"].get(state["phase"], {})),
+        "outcome": outcome_so_far(state),
         "blocking_next_phase": blocking, "open_patches": state["open_patches"],
         "artifacts": sorted(state["artifacts"]), "next_steps": next_steps(state, spec),
         "submissions": submission_schemas(load_workflow(state["workflow"]), state["phase"]),
@@ -307,7 +313,12 @@ def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
                              "workflow asks); pick another key for your own question")
         run.append(ev.QuestionAsked(key=key, prompt=args.question, choices=args.choices or None, human_only=True),
                    actor="agent", phase=run.state["phase"])
-        return state_result(run.state, lead=f"question {key!r} posted for a human")
+        options = what_a_person_can_do(run.state)
+        lead = (f"question {key!r} posted for a human. The engine cannot act on it: a person's answer comes back "
+                f"to you (agent_answers) and re-runs nothing. What a person can do: {'; '.join(options)}")
+        result = state_result(run.state, lead=lead)
+        return result.model_copy(update={"data": {**result.data, "engine_acts_on_answer": False,
+                                                   "a_person_can": options}})
 
 
 def read_file(args: ReadFileArgs, env: ToolEnv) -> ToolResult:

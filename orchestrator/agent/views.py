@@ -49,6 +49,15 @@ def why_waiting(state: dict[str, Any]) -> str:
     return f"phase {state['phase']} is ready to run; call advance"
 
 
+def what_a_person_can_do(state: dict[str, Any]) -> list[str]:
+    """The commands by which a person moves a run the agent cannot: waive each finding, or abort."""
+    run_id = state["run_id"]
+    waivers = [f"waive {i['code']}: `orchestrator resume {run_id} --waive {i['code']} --reason TEXT`"
+               for i in state["issues"]]
+    return [*waivers, f"answer: `orchestrator resume {run_id} --answer KEY=VALUE`",
+            f"stop the run: `orchestrator abort {run_id} --reason TEXT`"]
+
+
 def next_steps(state: dict[str, Any], spec: Any) -> list[str]:
     if state["status"] in ("done", "aborted"):
         return ["nothing: the run is finished"]
@@ -66,11 +75,34 @@ def next_steps(state: dict[str, Any], spec: Any) -> list[str]:
     return steps
 
 
-def clip(value: Any, limit: int = 8000) -> Any:
-    text = json.dumps(value, sort_keys=True, default=str)
-    if len(text) <= limit:
+def shrink(value: Any, *, limit: int = 8000, items: int = 20, chars: int = 1500) -> Any:
+    """``value`` as JSON objects that fit about ``limit`` characters: long lists keep their first
+    ``items`` (then one {"omitted": N} entry), long strings their head; never one escaped string."""
+    if len(json.dumps(value, default=str)) <= limit:
         return value
-    return {"truncated": True, "json_head": text[:limit], "hint": "read the phase's artifacts for the full findings"}
+    while items >= 1:
+        small = _shrunk(value, items=items, chars=chars)
+        if len(json.dumps(small, default=str)) <= limit:
+            return small
+        items, chars = items // 2, chars // 2
+    return {"keys": sorted(value) if isinstance(value, dict) else [], "omitted": "too large; read the artifacts"}
+
+
+def _shrunk(value: Any, *, items: int, chars: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _shrunk(v, items=items, chars=chars) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        head = [_shrunk(v, items=items, chars=chars) for v in value[:items]]
+        return head + ([{"omitted": len(value) - items}] if len(value) > items else [])
+    if isinstance(value, str) and len(value) > chars:
+        return value[:chars] + f"... ({len(value) - chars} more chars)"
+    return value
+
+
+def outcome_so_far(state: dict[str, Any], *, last: int = 5) -> dict[str, Any]:
+    """Each record kind of the run (verdicts, stack entries, measured rows): its count and latest ones."""
+    return {kind: {"count": len(rows), "latest": shrink(rows[-last:], limit=4000)}
+            for kind, rows in sorted(state["records"].items()) if rows}
 
 
 def scope_for(state: dict[str, Any]) -> files.Scope:
@@ -109,7 +141,10 @@ def live_state(store: Any, run_id: str) -> dict[str, Any]:
 
 
 def submission_schemas(workflow: Any, phase: str) -> dict[str, Any]:
-    """The submission rows the phase takes: kind -> what it is and its fields' JSON schema (for ``submit``)."""
+    """The submission rows the phase takes: kind -> what it is, its fields' JSON schema (for ``submit``)
+    and the phases the call may run before it returns (the phase and those after it in the table)."""
+    names = [p.name for p in workflow.phases]
     return {kind: {"description": " ".join((row.args.__doc__ or kind).split()),
-                   "args_schema": row.args.model_json_schema(union_format="primitive_type_array")}
+                   "args_schema": row.args.model_json_schema(union_format="primitive_type_array"),
+                   "may_run_phases": names[names.index(phase):] if row.drive else []}
             for kind, row in workflow.submissions.items() if row.phase == phase}
