@@ -76,6 +76,13 @@ def test_every_tool_schema_is_draft_2020_12_without_anyof() -> None:
         jsonschema.validate({"run_id": "r", "question": "q", "extra": 1}, escalate)
 
 
+def test_the_agents_guide_names_every_tool_and_the_readme_links_it() -> None:
+    guide = (ROOT / "docs" / "agents.md").read_text()
+    assert [name for name in TOOLS if f"`{name}`" not in guide] == []
+    assert "## Your first day" in guide and "--waive CODE --reason TEXT" in guide
+    assert "(docs/agents.md)" in (ROOT / "README.md").read_text()
+
+
 def test_resolve_refuses_dotdot_absolute_outside_git_and_symlink_escape(tmp_path: Path) -> None:
     target = tmp_path / "t"
     (target / "allowed").mkdir(parents=True)
