@@ -131,3 +131,17 @@ def test_add_moe_model_refuses_an_unknown_executor_or_a_refused_partition_in_one
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "no-such-partition" in refused.stderr
     assert not state_dir.exists()
+
+
+def test_a_controller_that_does_not_answer_is_reported_and_nothing_is_concluded(slurm_cluster, toy_repo, state_dir,
+                                                                                tmp_path):
+    run_id = start(state_dir, toy_repo, "sleep 3")
+    assert orch("advance", run_id, state_dir=state_dir).returncode == 5
+    down = tmp_path / "bin"
+    down.mkdir()
+    (down / "squeue").write_text("#!/bin/bash\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    (down / "squeue").chmod(0o755)
+    blind = orch("advance", run_id, state_dir=state_dir, env={"PATH": f"{down}:{os.environ['PATH']}"})
+    assert blind.returncode == 5 and "squeue did not answer" in blind.stdout + blind.stderr, blind.stderr
+    assert [r["stage"] for r in job_records(state_dir, run_id)] == ["intent", "submitted"]
+    assert advance_until_settled(state_dir, run_id).returncode == 0
