@@ -143,3 +143,22 @@ def clone_of(source: Path, dest: Path) -> Path:
         config.set_value("user", "name", "orchestrator")
         config.set_value("user", "email", "orchestrator@localhost")
     return dest
+
+
+def write_tiny_checkpoint(folder: Path) -> Path:
+    """A real HF checkpoint (config.json + model.safetensors) of a qwen3_moe at tiny dims, via save_pretrained."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+
+    config = Qwen3MoeConfig(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_experts=4,
+                            num_experts_per_tok=2, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16, vocab_size=256, max_position_embeddings=64)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny qwen3_moe checkpoint for the pretrained tests (``--weights``), written once per session."""
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("weights") / "tiny-qwen3-moe")

@@ -141,13 +141,14 @@ def test_gap_recipes_apply_to_mains_core_files(main_snapshot, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def main_qwen_run(main_snapshot, tmp_path_factory) -> dict:
-    """One real run of the workflow on a clone of main (CPU), shared by the tests below."""
+def main_qwen_run(main_snapshot, tiny_checkpoint, tmp_path_factory) -> dict:
+    """One real run of the workflow on a clone of main (CPU) with --weights, shared by the tests below."""
     home = tmp_path_factory.mktemp("main-run")
     target = clone_of(main_snapshot, home / "tt")
     state = home / "state"
     done = cli("run", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--target", str(target), "--branch", "new",
-               "--commit", "auto", "--device", "cpu", "--json", state_dir=state, timeout=1500)
+               "--commit", "auto", "--device", "cpu", "--weights", str(tiny_checkpoint), "--json", state_dir=state,
+               timeout=1500)
     status = json.loads(done.stdout.strip().splitlines()[-1])
     if done.returncode == 3 and status["phase"] == "parallelism":  # no GPU here: a human accepts the unrun rows
         done = cli("resume", status["run_id"], "--answer", "unrun_rows=accept", "--json", state_dir=state,
@@ -189,6 +190,24 @@ def test_trees_own_script_runs_beside_and_its_failure_is_a_finding_with_its_caus
     assert "takes x_TD (2-D)" in script["finding"] and "moe.py:396" in script["finding"]
     notes = [e["data"]["text"] for e in main_qwen_run["trail"] if e["type"] == "note_added"]
     assert script["finding"] in notes
+
+
+@pytest.mark.slow
+def test_weights_run_the_pretrained_comparison_and_the_trees_pretrained_script(main_qwen_run):
+    data = _completed(main_qwen_run["trail"], "numerics")
+    ours, script = data["pretrained"], data["pretrained_tree_script"]
+    assert ours["model"] == "tiny-qwen3-moe" and ours["status"] == ("PASS" if ours["kl"] < 1e-3 else "FAIL")
+    artifacts = main_qwen_run["state"] / "runs" / main_qwen_run["status"]["run_id"] / "artifacts"
+    report = (artifacts / "numerics_pretrained.txt").read_text()
+    assert f"  {ours['status']:5s}  tiny-qwen3-moe" in report and f"KL={ours['kl']:.2e}" in report
+    verbatim = (artifacts / "tree_script_pretrained.txt").read_text()
+    assert "numerical_equivalence_pretrained.py --model_dir" in verbatim and "tiny-qwen3-moe" in verbatim
+    assert script["status"] in ("PASS", "FAIL", "ERROR", "SKIP") and (script["finding"] is None) == (
+        script["status"] in ("PASS", "FAIL"))
+    doc = (main_qwen_run["target"] / DOC).read_text()
+    assert f"- Pretrained weights (tiny-qwen3-moe, hidden 64): {ours['status']} KL={ours['kl']:.2e}" in doc
+    names = [e["data"]["name"] for e in main_qwen_run["trail"] if e["type"] == "measurement_recorded"]
+    assert "pretrained_kl" in names
 
 
 def test_a_layout_the_target_declares_unsupported_is_not_an_unsharded_module():

@@ -42,6 +42,7 @@ def collect_values(results: dict[str, Any], *, model_id: str) -> dict[str, Any]:
         "fsdp": " / ".join(row_verdict(rows.get(c)) for c in ("FSDP-1gpu", "FSDP")),
         "fsdp_ep": row_verdict(rows.get("FSDP+EP")),
         "build_check": "/".join(f"{r['world_size']}:{r['status']}" for r in build) or "not run",
+        "pretrained": results["numerics"].get("pretrained"),
         "probe": probe, "core_issues": core, "gap_rows": results.get("gap_analysis", {}).get("rows", []),
         "waived": [{"phase": phase, "code": code, "reason": reason} for phase, data in results.items()
                    if isinstance(data, dict) for code, reason in data.get("waived", {}).items()],

@@ -13,7 +13,9 @@ round trip -> needs_agent with the skill's triage as issues.
 Where the target ships the skill's numerical_equivalence.py, that script runs too, for the
 same model (``tree_scripts``): its verbatim output and parsed verdict sit beside ours, with
 which verdict stands and why. When the kernel kills the two-dtype worker (Mixtral-sized
-experts on a small machine), the bf16 verdict runs alone and the trail says so.
+experts on a small machine), the bf16 verdict runs alone and the trail says so. A run started
+with ``--weights DIR`` also runs the skill's pretrained test (Phase 3b) on that checkpoint
+(``pretrained``), with the tree's own pretrained script where the target ships it.
 
 Thresholds live in the worker module as our constants; nothing is read from the target.
 Engine side: no torch import here or at import time of the worker module.
@@ -28,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
-from phases.add_moe_model import tree_scripts
+from phases.add_moe_model import pretrained, tree_scripts
 from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.work.numerics import CompareRequest
 
@@ -81,7 +83,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.write_artifact("numerics.txt", ctx.render("numerics_table.txt.j2", table=build_table(results)))
     for result in results:
         record_metrics(ctx, result)
-    return tree_scripts.attach(ctx, decide(results))
+    return pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results)))
 
 
 def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def no_questions_in_gap(events: list[dict[str, Any]], state: dict[str, Any]) -> 
 
 
 def numerics_tier_matches_kl(events: list[dict[str, Any]], state: dict[str, Any]) -> list[tuple[int, str]]:
-    """Each recorded numerics verdict equals the tier of its KL under our frozen thresholds."""
+    """Each recorded numerics verdict (synthetic, pretrained) equals the tier of its KL under our frozen thresholds."""
     found = []
     for event in events:
         if event["type"] != "phase_completed" or event["phase"] != "numerics":
@@ -101,7 +101,20 @@ def numerics_tier_matches_kl(events: list[dict[str, Any]], state: dict[str, Any]
             tier = "PASS" if kl < KL_PASS else "WARN" if kl < KL_WARN else "FAIL"
             if tier != status:
                 found.append((event["seq"], f"{row.get('dtype')}: status {status} but KL {kl:.2e} is {tier}"))
+        found += pretrained_tier_mismatch(event["seq"], data.get("pretrained") or {})
     return found
+
+
+def pretrained_tier_mismatch(seq: int, row: dict[str, Any]) -> list[tuple[int, str]]:
+    """The skill's Phase 3b tier has no WARN: PASS below 1e-3, else FAIL."""
+    kl, status = row.get("kl"), row.get("status")
+    if not isinstance(kl, (int, float)) or status not in ("PASS", "WARN", "FAIL"):
+        return []
+    tier = "PASS" if kl < KL_WARN else "FAIL"
+    if tier == status:
+        return []
+    return [(seq, f"pretrained {row.get('model')}: status {status} but KL {kl:.2e} is {tier} "
+                  "(skill 3b: PASS below 1e-3)")]
 
 
 NE = EXP + ".claude/skills/add_moe_model/scripts/numerical_equivalence.py"

@@ -15,6 +15,7 @@ from orchestrator.git import capture_base
 from orchestrator.worker import run_worker
 from orchestrator.workflow import Prepared
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
+from phases.add_moe_model.weights import check_model_type, read_weights_dir
 from phases.add_moe_model.workspace import EXP, new_run_workspace
 
 CHECK = "phases.add_moe_model.work.preflight:check_target"
@@ -26,11 +27,16 @@ def prepare(options: Any, state_dir: str) -> Prepared:
         source = resolve_model_source(options.model)
     except ModelSourceError as exc:
         raise UsageError(str(exc)) from None
+    weights = read_weights_dir(options.weights) if options.weights else None
+    if weights and source.model_type:
+        check_model_type(weights, source.model_type)
     embedded = options.target == "embedded"
     target = new_run_workspace(Path(state_dir)) if embedded else Path(options.target).expanduser().resolve()
     try:
         check_checkout(target)
-        check_worker(target, source.model_dump(mode="json"), python=options.python)
+        model_type = check_worker(target, source.model_dump(mode="json"), python=options.python)
+        if weights:
+            check_model_type(weights, model_type)
     except BaseException:
         if embedded:
             shutil.rmtree(target, ignore_errors=True)
@@ -38,7 +44,8 @@ def prepare(options: Any, state_dir: str) -> Prepared:
     chosen = (("branch", options.branch), ("commit", options.commit), ("unrun_rows", options.unrun_rows))
     answers = {k: v for k, v in chosen if v}
     recorded = {**options.model_dump(), **slurm, "target": str(target), "model_id": source.model_id,
-                "model_type": source.model_type, "embedded": embedded}
+                "model_type": source.model_type, "embedded": embedded,
+                "weights": weights.path if weights else None}
     return Prepared(target=str(target), options=recorded, answers=answers)
 
 
@@ -66,7 +73,8 @@ def check_checkout(target: Path) -> None:
                          "is a clean tree")
 
 
-def check_worker(target: Path, source: dict[str, Any], *, python: str | None) -> None:
+def check_worker(target: Path, source: dict[str, Any], *, python: str | None) -> str:
+    """The model's type as the target's transformers reads it; a refusal is a UsageError."""
     import sys
 
     result = run_worker(CHECK, {"source": source}, target=target, python=python or sys.executable, timeout_s=600)
@@ -75,3 +83,4 @@ def check_worker(target: Path, source: dict[str, Any], *, python: str | None) ->
         raise UsageError(f"the target's Python could not check the model ({result.status}): " + " | ".join(tail))
     if not result.answer["ok"]:
         raise UsageError(result.answer["problem"], code=result.answer.get("code"))
+    return result.answer["model_type"]

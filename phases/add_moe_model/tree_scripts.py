@@ -83,7 +83,8 @@ def build_verdict(answer: dict[str, Any], *, model_type: str, our_layout: str) -
 
 def explain_failure(verdict: TreeScriptVerdict, *, our_layout: str) -> str:
     """Why the script gave no verdict, from what was observed (never guessed)."""
-    said = f"the tree's numerical_equivalence.py printed {verdict.status} for this model"
+    script = verdict.command.split()[1].rsplit("/", 1)[-1] if verdict.command.count(" ") else NE_PATH.rsplit("/", 1)[-1]
+    said = f"the tree's {script} printed {verdict.status} for this model"
     said += f" ({verdict.detail})" if verdict.detail else " (no line for it)"
     fed = [shape for rec in verdict.moe_inputs for shape in rec["input_shapes"][:1]]
     layout = our_layout.partition(":")[0]

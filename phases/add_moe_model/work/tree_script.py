@@ -1,4 +1,5 @@
-"""Worker: run the target's own ``numerical_equivalence.py`` for one model, output kept verbatim.
+"""Worker: run the target's own numerics scripts (``numerical_equivalence.py`` for one model,
+``numerical_equivalence_pretrained.py`` for one checkpoint), output kept verbatim.
 
 The script runs unmodified as ``__main__`` (``runpy``) with the skill's arguments, in this
 worker process of the target (so torchtitan is imported once). Its stdout and stderr go to
@@ -21,7 +22,16 @@ MAX_RECORDED = 8
 
 def run_numerical_equivalence(request: dict[str, Any]) -> dict[str, Any]:
     """Request: {"script", "model_type", "device" ("auto" leaves the script's default), "seed"}."""
-    argv = [request["script"], "--models", request["model_type"], "--seed", str(request["seed"])]
+    return run_script(request["script"], ["--models", request["model_type"]], request)
+
+
+def run_pretrained_script(request: dict[str, Any]) -> dict[str, Any]:
+    """The tree's numerical_equivalence_pretrained.py: {"script", "weights" (a checkpoint dir), "device", "seed"}."""
+    return run_script(request["script"], ["--model_dir", request["weights"]], request)
+
+
+def run_script(script: str, args: list[str], request: dict[str, Any]) -> dict[str, Any]:
+    argv = [script, *args, "--seed", str(request["seed"])]
     if request.get("device", "auto") != "auto":
         argv += ["--device", request["device"]]
     buffer, inputs = io.StringIO(), []
@@ -31,7 +41,7 @@ def run_numerical_equivalence(request: dict[str, Any]) -> dict[str, Any]:
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
             sys.argv = argv
             try:
-                runpy.run_path(request["script"], run_name="__main__")
+                runpy.run_path(script, run_name="__main__")
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except BaseException:  # noqa: BLE001 (an uncaught error is part of the script's output)
