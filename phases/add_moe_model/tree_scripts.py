@@ -165,10 +165,11 @@ def side_by_side(ours: dict[str, Any], script: TreeScriptVerdict, stand: dict[st
                  else cos, "max_diff": f"{diff:.2e}" if isinstance(diff, float) else diff}
         return "  ".join(f"{name}={value}" for name, value in shown.items())
 
+    ours_roundtrip = (ours.get("roundtrip") or {}).get("status")
     return (f"built-in comparison ({ours.get('dtype')}, {ours.get('device')}): {ours.get('status')}  "
-            f"{metrics(ours.get('kl'), ours.get('cos_sim'), ours.get('max_diff'))}  "
-            f"round-trip {(ours.get('roundtrip') or {}).get('status')}\n"
+            f"{metrics(ours.get('kl'), ours.get('cos_sim'), ours.get('max_diff'))}"
+            + (f"  round-trip {ours_roundtrip}" if ours_roundtrip else "") + "\n"
             f"tree script ({script.command}): {script.status}  {metrics(script.kl, script.cos_sim, script.max_diff)}"
-            f"  round-trip {script.roundtrip}\n"
+            + (f"  round-trip {script.roundtrip}" if script.roundtrip else "") + "\n"
             f"stands: {stand['stands']}: {stand['why']}\n"
             + (f"finding: {script.finding}\n" if script.finding else ""))
