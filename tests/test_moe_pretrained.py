@@ -102,7 +102,10 @@ def test_a_pretrained_fail_makes_gap_analysis_mandatory_and_an_error_goes_to_the
     assert failed.data["pretrained"]["kl"] == 2e-3
     error = pretrained.merge(passed, _row("ERROR", None, error="KeyError: 'experts.gate_up_proj'",
                                           error_type="KeyError", error_origin="target"))
-    assert error.outcome == "needs_agent" and error.issues[0].code.startswith("pretrained_")
+    assert error.outcome == "needs_agent" and error.issues[0].code == "pretrained_numerics_error"
+    ours = pretrained.merge(passed, _row("ERROR", None, error="UnknownMoeLayout: MoE.forward(self, h)",
+                                         error_type="UnknownMoeLayout", error_origin="orchestrator"))
+    assert ours.outcome == "failed" and ours.issues[0].code == "pretrained_unknown_moe_layout"
 
 
 def test_the_trees_pretrained_script_output_is_parsed_by_the_checkpoint_name():

@@ -8,7 +8,8 @@ directory and keeps its output verbatim beside ours, with which verdict stands a
 
 How the pretrained verdict bears on the route: a FAIL makes the gap analysis mandatory (the
 skill: FAIL is fixed in integration code); an ERROR goes to the agent with the skill's triage
-(to a person when transformers raised it); a SKIP (no MoE layer in the checkpoint) is a finding.
+(to a person when transformers raised it; the phase fails when our own code or plumbing did);
+a SKIP (no MoE layer in the checkpoint) is a finding.
 Engine side: no torch here.
 """
 
@@ -65,14 +66,21 @@ def merge(result: PhaseResult, row: dict[str, Any]) -> PhaseResult:
     issues = pretrained_issues(row)
     outcome, route = result.outcome, result.route
     if issues:
-        wanted = "needs_human" if any(i.code == "pretrained_raised_in_transformers" for i in issues) else "needs_agent"
-        outcome = max(outcome, wanted, key=_SEVERITY.index)
+        outcome = max(outcome, outcome_for(issues[0]), key=_SEVERITY.index)
         route = "pass" if result.outcome == "passed" else route
     elif row["status"] == "FAIL" and outcome == "passed":
         route = "gap"
     return dataclasses.replace(result, outcome=outcome, route=route, issues=result.issues + tuple(issues),
                                summary=f"{result.summary}; {summary_line(row)}",
                                data={**result.data, "pretrained": row})
+
+
+def outcome_for(issue: Issue) -> str:
+    """As for the synthetic comparison: our own failure fails the phase, transformers' waits for a person."""
+    from phases.add_moe_model.numerics import NOT_THE_AGENTS, OURS
+
+    code = issue.code.removeprefix("pretrained_")
+    return "failed" if code in OURS else "needs_human" if code in NOT_THE_AGENTS else "needs_agent"
 
 
 def summary_line(row: dict[str, Any]) -> str:
