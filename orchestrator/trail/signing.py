@@ -10,12 +10,9 @@ and keep the legacy HMAC under ``trail.key`` (verifying those needs that secret)
 
 from __future__ import annotations
 
-import getpass
 import hashlib
-import hmac
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +77,9 @@ def _private_key(*, create: bool) -> Any:
     key = Ed25519PrivateKey.from_private_bytes(raw)
     public = anchor_dir() / PUBLIC_NAME
     if not public.exists():
+        import getpass
+        import socket
+
         from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
         pub = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
@@ -131,6 +131,8 @@ def verify(public_key: str, signature: str, body: bytes) -> bool:
 
 def legacy_mac(body: bytes, *, create: bool = False) -> str | None:
     """HMAC-SHA256 under ``trail.key`` (runs made before Ed25519); None when there is no key."""
+    import hmac
+
     path = anchor_dir() / LEGACY_KEY_NAME
     key = _read_or_make(path, create=create)
     return None if key is None else hmac.new(key, body, hashlib.sha256).hexdigest()
