@@ -126,3 +126,14 @@ def test_audit_cli_exits_1_and_names_the_seq(finished_run, invoke):
     assert result.exit_code == 1
     findings = json.loads(result.output)["findings"]
     assert findings[0]["seq"] == 2 and findings[0]["check"] == "chain"
+
+
+def test_key_export_is_the_public_key_the_run_recorded(finished_run, invoke, tmp_path: Path) -> None:
+    store, run_id = finished_run
+    exported = tmp_path / "trail.pub.json"
+    assert invoke("key", "--export", str(exported)).exit_code == 0
+    signer = json.loads(exported.read_text())
+    assert store.read_first_event(run_id)["data"]["signer"] == signer
+    assert "private" not in exported.read_text() and len(bytes.fromhex(signer["public_key"])) == 32
+    audit = invoke("audit", run_id, "--state-dir", str(store.state_dir))
+    assert audit.exit_code == 0 and "head signed by ed25519 key" in audit.output, audit.output
