@@ -47,11 +47,11 @@ def cli(*args: str, state: Path) -> dict:
     return {"code": done.returncode, **(json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]})}
 
 
-def run_model(model: str, *, tree: Path, state: Path) -> dict:
+def run_model(model: str, *, tree: Path, state: Path, device: str = "cpu") -> dict:
     target = state / f"tt-{slug(model)}"
     subprocess.run(["git", "clone", "-q", str(tree), str(target)], check=True)
     status = cli("run", "add-moe-model", "--model", model, "--target", str(target), "--branch", "new",
-                 "--commit", "auto", "--device", "cpu", state=state)
+                 "--commit", "auto", "--device", device, state=state)
     steps = []
     for _ in range(6):
         pending = {q["key"] for q in status.get("pending", [])} if status["code"] == 3 else set()
@@ -60,7 +60,7 @@ def run_model(model: str, *, tree: Path, state: Path) -> dict:
             status = cli("resume", status["run_id"], "--answer", "probe_blocker=continue_anyway", state=state)
             continue
         if "unrun_rows" in pending:
-            steps.append("human: unrun_rows=accept (no GPU here)")
+            steps.append("human: unrun_rows=accept (rows that need more GPUs than this machine has)")
             status = cli("resume", status["run_id"], "--answer", "unrun_rows=accept", state=state)
             continue
         fixed = agent_fix(status, target) if status["code"] == 4 else []
@@ -72,11 +72,12 @@ def run_model(model: str, *, tree: Path, state: Path) -> dict:
     (state / f"{slug(model)}.json").write_text(json.dumps(status, indent=2) + "\n")
     if status.get("phase") in ("preflight", "probe", "synthetic_config"):
         model_type = next(t for t, m in MODELS.items() if m == model)
-        (state / f"{slug(model)}.direct.json").write_text(json.dumps(direct_numerics(tree, model_type), indent=2))
+        direct = direct_numerics(tree, model_type, device=device)
+        (state / f"{slug(model)}.direct.json").write_text(json.dumps(direct, indent=2))
     return status
 
 
-def direct_numerics(tree: Path, model_type: str) -> dict:
+def direct_numerics(tree: Path, model_type: str, *, device: str = "cpu") -> dict:
     """The numerics worker alone, on upstream's ``_MODEL_CONFIGS`` entry for ``model_type``."""
     sys.path.insert(0, str(ROOT))
     from orchestrator.worker import run_worker
@@ -86,7 +87,7 @@ def direct_numerics(tree: Path, model_type: str) -> dict:
     configs = find_model_configs((tree / NE_PATH).read_text())
     entry = next({kw.arg: ast.literal_eval(kw.value) for kw in value.keywords}
                  for key, value in zip(configs.keys, configs.values) if key.value == model_type)
-    request = {"model_type": model_type, "config_kwargs": entry, "dtypes": ["bfloat16"], "device": "cpu"}
+    request = {"model_type": model_type, "config_kwargs": entry, "dtypes": ["bfloat16"], "device": device}
     return run_worker("phases.add_moe_model.work.numerics:compare_dtypes", request, target=tree).answer
 
 
@@ -164,11 +165,12 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, required=True, help="git checkout of the main snapshot")
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--models", nargs="*", default=list(MODELS.values()))
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine (bench/h200_matrix.sh)")
     args = parser.parse_args()
     if args.command == "run":
         args.state.mkdir(parents=True, exist_ok=True)
         for model in args.models:
-            status = run_model(model, tree=args.tree.resolve(), state=args.state.resolve())
+            status = run_model(model, tree=args.tree.resolve(), state=args.state.resolve(), device=args.device)
             print(f"{model}: {status.get('phase')} {status.get('status')}: {status.get('summary')}", flush=True)
     else:
         print(table(args.tree, args.state), end="")

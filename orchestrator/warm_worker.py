@@ -15,9 +15,10 @@ edit or a temporary core patch is always what runs. The caller names the server 
 (``worker.use_warm_server``); nothing is read from the environment. Standard library only.
 
 CUDA: a child forked after its parent initialised CUDA cannot use CUDA ("Cannot re-initialize
-CUDA in forked subprocess"). The server checks ``torch.cuda.is_initialized()`` after each
-preloaded import; when one initialised CUDA, it starts over (exec) without that module and
-those after it, so every child is forked from a parent that never touched CUDA. Work that
+CUDA in forked subprocess"). After each preloaded import the server forks a probe child that asks
+torch whether it is in such a "bad fork" (``torch.cuda.is_initialized()`` is not enough: on an
+H200 a preload initialised CUDA from C++ while it still said False); when one poisoned forks, the
+server starts over (exec) without that module and those after it, so every child can use CUDA. Work that
 the server must also do in each child (announcing what a setup step applied, as a fresh
 worker prints it) registers with ``on_child``.
 """
@@ -49,7 +50,7 @@ def serve(socket_path: str, root: str, preload: list[str], dropped: str | None =
     for index, name in enumerate(preload):
         if not _try_import(name):
             failed.append(name)
-        if cuda_initialized():  # forks from here would break CUDA: start over without it
+        if not fork_keeps_cuda():  # forks from here would break CUDA: start over without it
             os.execv(sys.executable, [sys.executable, "-m", "orchestrator.warm_worker", socket_path, root,
                                       DROPPED + name, *preload[:index]])
     imported = imported_files(Path(root))
@@ -57,7 +58,7 @@ def serve(socket_path: str, root: str, preload: list[str], dropped: str | None =
     server.bind(socket_path)
     server.listen(4)
     print(json.dumps({"ready": True, "files": len(imported), "failed": failed, "dropped_for_cuda": dropped,
-                      "cuda_initialized": cuda_initialized()}), flush=True)
+                      "fork_keeps_cuda": fork_keeps_cuda()}), flush=True)
     while True:
         conn, _ = server.accept()
         with conn:
@@ -67,11 +68,16 @@ def serve(socket_path: str, root: str, preload: list[str], dropped: str | None =
                 pass
 
 
-def cuda_initialized() -> bool:
-    """Whether this process initialised CUDA (never imports torch itself)."""
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    return bool(cuda is not None and cuda.is_initialized())
+def fork_keeps_cuda() -> bool:
+    """Whether a child forked now could use CUDA: asked in a probe child (never imports torch itself)."""
+    if "torch" not in sys.modules:
+        return True
+    pid = os.fork()
+    if pid == 0:
+        cuda = getattr(sys.modules["torch"], "cuda", None)
+        os._exit(1 if cuda is not None and cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _try_import(name: str) -> bool:

@@ -111,15 +111,15 @@ def test_a_submodule_the_server_never_imported_comes_from_the_calls_target(warm,
 
 def test_a_preload_that_initialises_cuda_is_dropped_so_no_child_forks_after_cuda(tmp_path):
     # A forked child cannot use CUDA its parent initialised; the server starts over without the
-    # module that initialised it (here one that makes torch.cuda.is_initialized() say so, as on a GPU).
+    # module that initialised it (here one that makes a forked child's torch say "bad fork", as on a GPU).
     root = tmp_path / "root"
-    make_repo(root, {**TOY, "initcuda.py": "import torch\ntorch.cuda.is_initialized = lambda: True\n"})
+    make_repo(root, {**TOY, "initcuda.py": "import torch\ntorch.cuda._is_in_bad_fork = lambda: True\n"})
     sock = str(tmp_path / "sock")
     server = subprocess.Popen([sys.executable, "-m", "orchestrator.warm_worker", sock, str(root), "toymod",
                                "initcuda", "toypkg"], cwd=root, env=worker_env(root), stdout=subprocess.PIPE)
     try:
         ready = json.loads(server.stdout.readline())
-        assert ready["ready"] and ready["dropped_for_cuda"] == "initcuda" and ready["cuda_initialized"] is False
+        assert ready["ready"] and ready["dropped_for_cuda"] == "initcuda" and ready["fork_keeps_cuda"] is True
         with use_warm_server(sock):
             result = run_worker("toymod:answer", {"times": 1}, target=root)
         assert result.status == "ok" and result.answer["loaded_in"] == server.pid != result.answer["pid"]

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The entry points a user meets first, on CUDA, in few device calls (issue 22):
+#   PART=survey bash bench/h200_matrix.sh   survey of every MoE type on the embedded target (--device cuda),
+#                                           then README command 1 (orchestrator run, Qwen3) on CUDA
+#   PART=main   bash bench/h200_matrix.sh   the 8 upstream models on the main snapshot (bench/main_tree_models.py)
+# Missing pure-Python wheels come from $WHEELS (default ../whl), the main snapshot tarball from
+# $TARGETS (default ../targets): carry a folder holding src/ (this checkout), whl/ and targets/, e.g.
+#   D=state/workspaces/matrix-dev; mkdir -p $D/src $D/targets; cp ../shared/targets/*.tar.gz $D/targets/
+#   git ls-files -co --exclude-standard | xargs cp --parents -t $D/src
+# with whl/ filled as bench/h200_add_moe.sh says, and run `cd $D/src && PART=... bash bench/h200_matrix.sh`.
+# Results under $OUT: env.txt, one log per part, and <part>.tgz (runs with trails, artifacts and anchors;
+# no workspaces), so `orchestrator audit RUN --state-dir DIR` verifies them on any machine.
+set -uo pipefail
+out=${OUT:-/tmp/h200-matrix-out}
+mkdir -p "$out"
+wheels=${WHEELS:-../whl}
+if ls "$wheels"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$wheels"/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+part=${PART:-survey}
+state=${STATE_DIR:-/tmp/h200-matrix-$part}
+export ORCHESTRATOR_ANCHOR_DIR=$state/anchors
+git config --global user.email >/dev/null || git config --global user.email bench@example.com
+git config --global user.name >/dev/null || git config --global user.name bench
+{
+  date -u; nvidia-smi -L 2>&1; nproc; python3 --version
+  python3 -c 'import torch, transformers
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(),
+      "transformers", transformers.__version__)' 2>&1 | tail -1
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+started=$SECONDS
+if [ "$part" = survey ]; then
+  timeout "${SURVEY_S:-420}" python3 -m orchestrator.cli survey add-moe-model --models "${MODELS:-all}" --device cuda \
+    --state-dir "$state" --out "$state/survey" 2>&1 | tee "$out/survey.log"
+  echo "survey: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/survey.log"
+  cp "$state/survey/survey.json" "$out/" 2>/dev/null
+  t1=$SECONDS
+  timeout "${README_S:-150}" python3 -m orchestrator.cli run add-moe-model --model Qwen/Qwen3-30B-A3B --device cuda \
+    --branch current --commit never --unrun-rows accept --state-dir "$state" 2>&1 | tee "$out/readme1.log"
+  echo "README command 1 on cuda: exit ${PIPESTATUS[0]} after $((SECONDS - t1)) s" | tee -a "$out/readme1.log"
+else
+  tree=/tmp/tt-main
+  mkdir -p "$tree" && tar xzf "${TARGETS:-../targets}"/torchtitan-main-b5bcd76c6.tar.gz -C "$tree" --strip-components=1
+  (cd "$tree" && git init -q -b main && git add -A && git commit -qm "torchtitan main b5bcd76c6 (snapshot)")
+  timeout "${MAIN_S:-540}" python3 bench/main_tree_models.py run --tree "$tree" --state "$state" --device cuda \
+    2>&1 | tee "$out/main.log"
+  echo "main models: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/main.log"
+  python3 bench/main_tree_models.py table --tree "$tree" --state "$state" > "$out/main_table.md" 2>&1
+  tar czf "$out/main_side.tgz" -C "$state" --exclude='tt-*' --exclude=runs --exclude=anchors --exclude=workspaces .
+fi
+tar czf "$out/$part.tgz" -C "$state" runs anchors
+echo "$part: $(du -h "$out/$part.tgz" | cut -f1) in $((SECONDS - started)) s"
