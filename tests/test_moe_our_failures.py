@@ -69,3 +69,20 @@ def test_a_module_the_trainer_lacks_is_a_root_cause_naming_it_and_the_targets_pi
     assert cause == ("missing Python module 'grain' in the trainer's environment: pip install 'grain==0.2.18' "
                      "(pinned in the target's pyproject.toml)") and fixable is False
     assert "pip install grain (the package named after" in diagnose(log, None)[0]
+
+
+def test_the_router_correction_bias_loads_into_titans_expert_bias_on_main(main_snapshot, tmp_path):
+    # glm_moe_dsa on main, adapter fixed, noted "unexpected keys ['expert_bias_E']": the worker built
+    # the MoE with load_balance_coeff=None, which has no such buffer, and the bias was dropped.
+    from tests.conftest import clone_of
+
+    tree = clone_of(main_snapshot, tmp_path / "tt")
+    adapter = tree / "torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py"
+    adapter.write_text(adapter.read_text().replace(r'r"\1expert_bias"', r'r"\1expert_bias_E"')
+                       .replace(r'r"^(.*\.)expert_bias$"', r'r"^(.*\.)expert_bias_E$"'))
+    config = {**SYNTHETIC["deepseek_v3"], "hidden_size": 256, "moe_intermediate_size": 128, "intermediate_size": 512}
+    out = call_worker("phases.add_moe_model.work.numerics:compare_dtypes",
+                      {"model_type": "deepseek_v3", "config_kwargs": config, "dtypes": ["float32"], "device": "cpu"},
+                      target=tree)
+    load = out["results"][0]["load"]
+    assert load["unexpected"] == [] and "expert_bias_E" not in load["missing"], load

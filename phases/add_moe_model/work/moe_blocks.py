@@ -92,8 +92,16 @@ def set_experts_impl(config, *, model_cls, wanted: str = "grouped_mm") -> str:
 
 
 def probe_moe_params(site: MoeSite, config) -> dict[str, Any]:
-    """Run the target's own probe for this site (block or layer-level)."""
-    config.load_balance_coeff = None
+    """Run the target's own probe for this site (block or layer-level).
+
+    Titan's MoE has its ``expert_bias_E`` buffer only with a load-balance coefficient; HF's
+    router correction bias (``e_score_correction_bias``) loads into it. Without the buffer the
+    adapter's ``expert_bias_E`` key is unexpected, the bias is dropped and Titan routes without
+    it (on main: glm_moe_dsa's WARN). So a coefficient is kept exactly when HF has that bias; it
+    only steers training updates, never the forward.
+    """
+    has_bias = any(k.endswith("e_score_correction_bias") for k in hf_site_state_dict(site))
+    config.load_balance_coeff = 1e-3 if has_bias else None
     config.comm_backend = "standard"
     if site.kind == "layer":
         return target_attr(f"{EXP}.moe_replacement", "_probe_layer_level_moe")(site.layer, config)
