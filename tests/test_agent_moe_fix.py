@@ -3,7 +3,7 @@
 torchtitan 0.3.0's adapter maps DeepSeek-V3's ``gate.e_score_correction_bias`` to
 ``expert_bias`` while Titan's MoE names the buffer ``expert_bias_E``: the probe reports
 ``router_bias_key_misnamed``. The scripted model first tries two forbidden edits (a core
-file and the frozen numerics script), both refused; then fixes the adapter with apply_diff
+file and the frozen numerics script), both refused; then fixes the adapter with edit_file
 and advances until numerics has run. The whole dialogue is in the trail.
 """
 
@@ -26,15 +26,13 @@ NE = ("torchtitan/experiments/transformers_modeling_backend/.claude/skills/add_m
       "numerical_equivalence.py")
 
 
-def bias_fix(target: Path) -> str:
-    """The one-word fix, as the agent would write it: both pattern tables name expert_bias_E."""
-    import difflib
-
-    old = (target / ADAPTER).read_text()
-    new = old.replace(r'r"\1expert_bias", False)', r'r"\1expert_bias_E", False)')
-    new = new.replace(r'(r"^(.*\.)expert_bias$",', r'(r"^(.*\.)expert_bias_E$",')
-    assert new.count("expert_bias_E") == old.count("expert_bias_E") + 2, "the adapter's patterns changed upstream"
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{ADAPTER}", f"b/{ADAPTER}"))
+def bias_edits(target: Path) -> list[tuple[str, str]]:
+    """The one-word fix as two exact replacements (edit_file): both pattern tables name expert_bias_E."""
+    text = (target / ADAPTER).read_text()
+    edits = [(r'r"\1expert_bias", False)', r'r"\1expert_bias_E", False)'),
+             (r'(r"^(.*\.)expert_bias$",', r'(r"^(.*\.)expert_bias_E$",')]
+    assert all(text.count(old) == 1 for old, _ in edits), "the adapter's patterns changed upstream"
+    return edits
 
 
 def core_edit(target: Path) -> str:
@@ -55,17 +53,18 @@ def test_agent_fixes_the_bias_key_and_numerics_runs(tmp_path: Path) -> None:
         lambda r: [("explain", {"run_id": r})],
         lambda r: [("apply_diff", {"run_id": r, "diff": core_edit(target)}),
                    ("write_file", {"run_id": r, "path": NE, "content": "KL_PASS = 1.0\n"})],
-        lambda r: [("apply_diff", {"run_id": r, "diff": bias_fix(target)})],
+        lambda r: [("edit_file", {"run_id": r, "path": ADAPTER, "old_string": old, "new_string": new})
+                   for old, new in bias_edits(target)],
         lambda r: [("advance", {"run_id": r})],
         lambda r: [("advance", {"run_id": r})],
         lambda r: [("advance", {"run_id": r})],
         lambda r: "numerics ran; stopping here",
     ])
     result = drive(run_id, store=store, client=model.client(), model="claude-test", max_turns=10)
-    assert result.tool_calls == 7, result
+    assert result.tool_calls == 8, result
     acted = [e["data"] for e in store.read_events(run_id) if e["type"] == "agent_acted"]
     outcomes = [a["outcome"].split(":")[0] for a in acted]
-    assert outcomes[:4] == ["ok", "refused", "refused", "ok"], outcomes
+    assert outcomes[:5] == ["ok", "refused", "refused", "ok", "ok"], outcomes
     assert "outside the paths" in acted[1]["outcome"] and "frozen" in acted[2]["outcome"]
     assert not (target / NE).exists()
     assert "expert_bias_E" in (target / ADAPTER).read_text()
