@@ -120,3 +120,43 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     assert devlog.count("\n- ") >= 20 and "dead end" in devlog
     baselines = (artifacts / "baselines.md").read_text()
     assert "per-layer compile measured at [16] only" in baselines and "no CUDA device" in baselines
+    check_reports_can_be_trusted(snapshot, artifacts)
+
+
+def check_reports_can_be_trusted(snapshot: dict, artifacts: Path) -> None:
+    """Issue 24's first bullet, read from this run's reports: regions named, host timing indicative, comparisons
+    side by side, per-step tables that add up or say why, glue outside every region ranked."""
+    import re
+
+    from phases.local_compile_perf.rank import UNREGIONED
+
+    entry = snapshot["records"]["stack_entry"][0]
+    (submitted,) = [s for s in snapshot["records"]["candidate_submitted"] if s["label"] == "narrow scores"]
+    assert entry["regions"] == submitted["regions"] == ["swiglu"]
+    findings = (artifacts / "FINDINGS.md").read_text()
+    (pr_path,) = sorted((artifacts / "pr").glob("*.md"))
+    pr = pr_path.read_text()
+    for text in (findings, pr):
+        assert "indicative" in text and "HBM" not in text
+        assert all("indicative" in line for line in text.splitlines() if re.search(r"\bwins?\b|\bbeats\b", line))
+    assert "host timer: indicative, not a measured gain" in pr.splitlines()[0]
+    # the headline's numbers are the interleaved stack_code cells, never the baselines phase's
+    (code,) = snapshot["records"]["stack_code"]
+    t = code["per_tokens"][0]
+    up, stack = t["upstream_main"]["wall_ms"], t["regions_stack"]["wall_ms"]
+    assert f"{t['tokens']} tokens: upstream regions on main -> stack wall {up:.3f} -> {stack:.3f} ms" in findings
+    assert "baselines phase (another session: context only, never compared with the stack)" in findings
+    # per step: every kernel table adds up or says why not
+    per_step = snapshot["results"]["profile_diff"]["per_step"]
+    assert per_step and all(c["families_ms"] <= c["kernel_ms"] * 1.001 for c in per_step)
+    profile = (artifacts / "profile_diff.md").read_text()
+    assert profile.count("Per step, this process:") == len(per_step)
+    assert all((c["why"] in profile) if not c["holds"] else True for c in per_step)
+    # rank sees the glue outside every region, and the stop rule says what it saw
+    rank = snapshot["results"]["rank"]
+    ranked = (artifacts / "ranked.md").read_text()
+    assert "What the ranking sees: ranks at" in ranked
+    if rank["unregioned_ms"] > 0:
+        seen = [r["op"] for r in rank["ranked"]] + rank["dropped"]
+        assert UNREGIONED in seen and UNREGIONED in ranked
+
