@@ -17,12 +17,14 @@ def register(main: click.Group, command: Callable) -> None:
     @click.option("--schema/--no-schema", default=False, show_default=True,
                   help="Also validate every event against its pydantic model (slow on long trails).")
     @click.option("--no-anchor", is_flag=True, help="Skip the signed head (a copy whose heads/ did not travel).")
-    @click.option("--witness", "witnesses", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
-                  help="A head written by `orchestrator witness`; the trail must extend it (repeatable).")
-    def audit_cmd(settings: Any, run_id: str, schema: bool, no_anchor: bool, witnesses: tuple[Path, ...]) -> int:
+    @click.option("--witness", "witnesses", multiple=True,
+                  help="A head written by `orchestrator witness` (FILE or git:REPO); the trail must extend it "
+                       "(repeatable).")
+    def audit_cmd(settings: Any, run_id: str, schema: bool, no_anchor: bool, witnesses: tuple[str, ...]) -> int:
         """Verify RUN's trail: hash chain, anchor, meaning, run.json, artifacts, workflow rules (and schema)."""
         from orchestrator.render import emit_json
         from orchestrator.trail.audit import audit_trail
+        from orchestrator.trail.witness import read_witness
         from orchestrator.workflow import load_workflow
 
         store = settings.store()
@@ -30,7 +32,7 @@ def register(main: click.Group, command: Callable) -> None:
         workflow = _workflow_for(store, run_id, load_workflow)
         rules = dict(workflow.rules) if workflow is not None else {}
         audit = audit_trail(run_dir, rules=rules, schema=schema, workflow=workflow, anchor=not no_anchor,
-                            witnesses=witnesses)
+                            witnesses=tuple(read_witness(w, run_id) for w in witnesses))
         findings = audit.findings
         if settings.as_json:
             emit_json({"run_id": run_id, "ok": not findings, "signed_by": audit.signed_by,
@@ -55,23 +57,20 @@ def register(main: click.Group, command: Callable) -> None:
 
     @command(main, "witness")
     @click.argument("run_id")
-    @click.option("--to", "to", required=True, type=click.Path(dir_okay=False, path_type=Path),
-                  help="File to write RUN's current signed head to (somewhere this machine cannot rewrite).")
-    def witness_cmd(settings: Any, run_id: str, to: Path) -> int:
-        """Copy RUN's current signed head to a file; `audit --witness FILE` later checks the trail extends it."""
+    @click.option("--to", "to", required=True,
+                  help="FILE, or git:REPO (ref refs/orchestrator/witness/RUN), somewhere this machine cannot rewrite.")
+    def witness_cmd(settings: Any, run_id: str, to: str) -> int:
+        """Copy RUN's current signed head out; `audit --witness` later checks the trail extends it."""
         from orchestrator.trail.anchor import anchor_path
-        from orchestrator.trail.trail_io import atomic_write
+        from orchestrator.trail.witness import write_witness
 
-        store = settings.store()
-        genesis = store.read_first_event(run_id)["hash"]
+        genesis = settings.store().read_first_event(run_id)["hash"]
         try:
             record = json.loads(anchor_path(run_id, genesis).read_bytes())
         except (OSError, ValueError):
             raise UsageError(f"run {run_id} has no readable signed head in this anchor dir") from None
-        if not to.parent.is_dir():
-            raise UsageError(f"{to.parent} is not a directory")
-        atomic_write(to, json.dumps(record, indent=1).encode() + b"\n")
-        print(f"{run_id}: head seq {record['seq']} witnessed in {to}")
+        where = write_witness(to, run_id, json.dumps(record, indent=1).encode() + b"\n")
+        print(f"{run_id}: head seq {record['seq']} witnessed in {where}")
         return EXIT_OK
 
     @command(main, "key")

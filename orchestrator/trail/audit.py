@@ -32,7 +32,8 @@ def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: boo
 
 
 def audit_trail(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: bool = True,
-                workflow: Any = None, anchor: bool = True, witnesses: tuple[Path, ...] = ()) -> Audit:
+                workflow: Any = None, anchor: bool = True,
+                witnesses: tuple[tuple[str, bytes | None], ...] = ()) -> Audit:
     """All findings for the run at ``run_dir``; parsing problems stop the deeper checks.
 
     ``schema=False`` skips the pydantic validation of every event (the slowest check; the

@@ -51,7 +51,9 @@ class TrailReport:
         return [f for f in self.findings if not f.repairable]
 
 
-def inspect_trail(run_dir: Path, *, anchor: bool = True, witnesses: tuple[Path, ...] = ()) -> TrailReport:
+def inspect_trail(run_dir: Path, *, anchor: bool = True,
+                  witnesses: tuple[tuple[str, bytes | None], ...] = ()) -> TrailReport:
+    """``witnesses``: (where, the witnessed head record) pairs, as ``witness.read_witness`` reads them."""
     report = TrailReport(run_id=run_dir.name)
     path = run_dir / EVENTS
     if not path.is_file():
@@ -120,15 +122,18 @@ def decide(events: list[dict[str, Any]], torn: bytes, anchor: Anchor) -> tuple[i
         "with another hash: events were dropped, appended or re-hashed"))
 
 
-def _witness_finding(report: TrailReport, path: Path) -> Finding | None:
+def _witness_finding(report: TrailReport, witness: tuple[str, bytes | None]) -> Finding | None:
     """The trail must extend a head a witness holds: truncation or a fork after it is caught."""
+    path, blob = witness
     try:
-        record = json.loads(Path(path).read_bytes())
+        if blob is None:
+            raise ValueError("nothing witnessed there")
+        record = json.loads(blob)
         witnessed = verify_record(record, report.run_id, report.events[0]["hash"], report.signer,
                                   where=f"witnessed head {path}")
     except AnchorError as exc:
         return Finding(seq=None, check="witness", message=str(exc))
-    except (OSError, ValueError):
+    except ValueError:
         return Finding(seq=None, check="witness", message=f"witnessed head {path} is missing or not JSON")
     seq = witnessed.head.seq
     if seq >= len(report.events) or report.events[seq]["hash"] != witnessed.head.hash:
