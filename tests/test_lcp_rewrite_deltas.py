@@ -111,7 +111,7 @@ def test_deltas_are_measured_recorded_and_rendered(embedded_workspace, tmp_path,
 def findings_summary(record: dict[str, Any]) -> dict[str, Any]:
     spec = SimpleNamespace(name="embedded:dsv3-small", layer_kinds=("dense", "moe"), ac_mode="none",
                            fp32_precision="tf32")
-    return {"plan": SimpleNamespace(spec=spec, device_name="cpu"), "entries": [], "per_tokens": [],
+    return {"plan": SimpleNamespace(spec=spec, device="cpu", device_name="cpu"), "entries": [], "per_tokens": [],
             "rejected": [], "limits": [], "not_tested": (), "feedback": [], "linear": True, "runs": 1,
             "bandwidth": {"tbs": 0.1, "kind": "host"}, "stack_code": None, "reached_ratio": 1.5,
             "rewrite_deltas": [record]}
