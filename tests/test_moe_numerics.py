@@ -125,6 +125,8 @@ def test_table_uses_the_skill_stdout_format() -> None:
     assert "All models passed numerical equivalence." in passed
     failed = _render("numerics_table.txt.j2", table=phase.build_table([_result("ERROR", error="boom")]))
     assert "  ERROR  mixtral               boom" in failed and "Some models FAILED" in failed
+    skipped = _render("numerics_table.txt.j2", table=phase.build_table([_result("SKIP", error="no MoE layer")]))
+    assert "Not measured: mixtral (SKIP)" in skipped and "gap analysis follows" not in skipped
 
 
 class _Ctx:
@@ -274,3 +276,18 @@ def test_gpt_oss_with_eager_attention_hits_the_transposed_expert_layout() -> Non
     decided = phase.decide([CompareResult.model_validate(r)])
     assert decided.issues[0].code == "adapter_shape_mismatch"
     assert decided.issues[0].fix_location == "state_dict_adapter.py"
+
+
+def test_numerics_finds_the_moe_wherever_the_probe_does() -> None:
+    # Blind trial: granitemoe keeps its MoE at layer.block_sparse_moe; after the agent taught the
+    # target that name the probe was clean, but numerics looked only under mlp/feed_forward and
+    # SKIPped with "no MoE layer in the synthetic model".
+    from transformers import GraniteMoeConfig, GraniteMoeForCausalLM
+
+    from phases.add_moe_model.work.moe_blocks import find_moe_site
+
+    config = GraniteMoeConfig(hidden_size=32, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                              num_key_value_heads=2, vocab_size=32, num_local_experts=4, num_experts_per_tok=2)
+    site = find_moe_site(GraniteMoeForCausalLM(config))
+    assert site is not None and (site.kind, site.attr) == ("block", "block_sparse_moe")
+    assert site.router is site.block.router and site.experts is site.block.experts

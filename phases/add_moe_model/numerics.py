@@ -135,6 +135,9 @@ def verdict_line(verdict: list[Any]) -> str:
     failed = [r.model_type for r in verdict if r.status in ("FAIL", "ERROR") or r.roundtrip.status != "PASS"]
     if failed:
         return f"Some models FAILED ({', '.join(failed)}) — see above."
+    skipped = [r.model_type for r in verdict if r.status == "SKIP"]
+    if skipped:
+        return f"Not measured: {', '.join(skipped)} (SKIP) — no verdict, see the finding."
     warned = [r.model_type for r in verdict if r.status != "PASS" or (r.firmness or {}).get("edge")]
     if warned:
         return (f"No model failed; {', '.join(warned)} did not PASS outright (WARN or at the edge): "

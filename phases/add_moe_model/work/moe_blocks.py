@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from phases.add_moe_model.work.hf_checks import probe_moe_site
 from phases.add_moe_model.work.layout import target_attr
 
 EXP = "torchtitan.experiments.transformers_modeling_backend"
-_BLOCK_ATTRS = ("mlp", "feed_forward")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +33,7 @@ class MoeSite:
         kind: "block" (``layer.mlp`` holds gate/router + experts) or "layer"
             (Gemma4 style: router and experts are siblings of a dense ``mlp``).
         block: the module holding router and experts (the layer itself for "layer").
-        attr: "mlp" / "feed_forward" for blocks, "" for layer-level MoE.
+        attr: the block's attribute ("mlp", "feed_forward", "block_sparse_moe"), "" for layer-level MoE.
     """
 
     layer_index: int
@@ -51,22 +51,15 @@ class MoeSite:
         return self.block.experts
 
 
-def _has_router_and_experts(module: nn.Module | None) -> bool:
-    if module is None:
-        return False
-    has_router = hasattr(module, "gate") or hasattr(module, "router")
-    return has_router and hasattr(module, "experts")
-
-
 def find_moe_site(model: nn.Module) -> MoeSite | None:
-    """Return the first MoE block or layer-level MoE of ``model``, or None if none."""
+    """The first MoE block or layer-level MoE of ``model``, found by the probe's own scan (any child
+    with a router and experts: granitemoe's ``block_sparse_moe`` too), or None if none."""
     for index, layer in enumerate(model.model.layers):
-        for attr in _BLOCK_ATTRS:
-            block = getattr(layer, attr, None)
-            if _has_router_and_experts(block):
-                return MoeSite(layer_index=index, layer=layer, kind="block", block=block, attr=attr)
-        if _has_router_and_experts(layer):
+        attr, block = probe_moe_site(layer)
+        if attr == "<layer>":
             return MoeSite(layer_index=index, layer=layer, kind="layer", block=layer, attr="")
+        if attr is not None:
+            return MoeSite(layer_index=index, layer=layer, kind="block", block=block, attr=attr)
     return None
 
 
