@@ -71,3 +71,14 @@ def squeue_named(name: str) -> list[str]:
     done = subprocess.run(["squeue", "--states=all", "-h", f"--name={name}", "-o", "%i|%T"], capture_output=True,
                           text=True, timeout=30, check=True)
     return done.stdout.split()
+
+
+def sbatch_that_kills_its_caller(folder: Path) -> Path:
+    """A folder for PATH whose ``sbatch`` submits through the real one, prints its answer, then kill -9s
+    the caller when the id was asked for (--parsable): the crash between submit and record."""
+    folder.mkdir()
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True, check=True).stdout.strip()
+    (folder / "sbatch").write_text(f"#!/bin/bash\nout=$({real} \"$@\"); rc=$?\necho \"$out\"\n"
+                                   "case \" $* \" in *' --parsable '*) kill -9 $PPID;; esac\nexit $rc\n")
+    (folder / "sbatch").chmod(0o755)
+    return folder

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import ROOT, TOY
-from tests.slurm_kit import Cluster, slurm_cluster, squeue_named  # noqa: F401  (fixture)
+from tests.slurm_kit import Cluster, sbatch_that_kills_its_caller, slurm_cluster, squeue_named  # noqa: F401  (fixture)
 
 WORKFLOWS = f"{TOY},jobs=tests.jobflow:WORKFLOW"
 
@@ -90,12 +90,7 @@ def test_abort_cancels_the_runs_jobs(slurm_cluster, toy_repo, state_dir):
 
 def test_kill_9_between_submit_and_record_leaves_one_job_and_the_run_completes(slurm_cluster, toy_repo, state_dir,
                                                                                tmp_path):
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True, check=True).stdout.strip()
-    (shim / "sbatch").write_text(f"#!/bin/bash\nout=$({real} \"$@\"); rc=$?\necho \"$out\"\n"
-                                 "case \" $* \" in *' --parsable '*) kill -9 $PPID;; esac\nexit $rc\n")
-    (shim / "sbatch").chmod(0o755)
+    shim = sbatch_that_kills_its_caller(tmp_path / "bin")
     run_id = start(state_dir, toy_repo, "sleep 2")
     killed = orch("advance", run_id, state_dir=state_dir, env={"PATH": f"{shim}:{os.environ['PATH']}"})
     assert killed.returncode == -9, killed.stderr

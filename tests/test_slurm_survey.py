@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cli
-from tests.slurm_kit import Cluster, slurm_cluster, squeue_named  # noqa: F401  (fixture)
+from tests.slurm_kit import Cluster, sbatch_that_kills_its_caller, slurm_cluster, squeue_named  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 MODELS = "youtu,jamba"
@@ -47,12 +47,7 @@ def test_the_survey_runs_as_one_job_array_and_the_same_command_collects_it(slurm
 
 def test_kill_9_between_sbatch_and_record_then_the_same_command_finds_the_array_instead_of_resubmitting(
         slurm_cluster, tmp_path):
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True, check=True).stdout.strip()
-    (shim / "sbatch").write_text(f"#!/bin/bash\nout=$({real} \"$@\"); rc=$?\necho \"$out\"\n"
-                                 "case \" $* \" in *' --parsable '*) kill -9 $PPID;; esac\nexit $rc\n")
-    (shim / "sbatch").chmod(0o755)
+    shim = sbatch_that_kills_its_caller(tmp_path / "bin")
     command = ["survey", "add-moe-model", "--models", "youtu,jamba", "--device", "cpu", "--executor", "slurm",
                "--tasks", "2", "--slurm-sbatch-args", "--hold", "--out", str(tmp_path / "out")]
     env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
