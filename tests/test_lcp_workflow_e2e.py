@@ -71,9 +71,9 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
                  "--regions", "swiglu", "--json", state_dir=state, timeout=1500)
     assert narrow.returncode == 4, narrow.stderr[-3000:]
 
-    done = cli("resume", run_id, "--answer", "candidates=done", "--json", state_dir=state)
+    done = cli("resume", run_id, "--answer", "candidates=done", "--json", state_dir=state, timeout=1500)
     assert done.returncode == 3 and _json(done)["pending"][0]["key"] == "open_prs", done.stderr[-2000:]
-    finished = cli("resume", run_id, "--answer", "open_prs=no", "--json", state_dir=state)
+    finished = cli("resume", run_id, "--answer", "open_prs=no", "--json", state_dir=state, timeout=600)
     assert finished.returncode == 0 and _json(finished)["status"] == "done", finished.stderr[-2000:]
     audit = cli("audit", run_id, state_dir=state)
     assert audit.returncode == 0, audit.stdout
