@@ -24,13 +24,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/h200-add-moe-out}
 mkdir -p "$out"
-wheels=${WHEELS:-../whl}
-if ls "$wheels"/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$wheels"/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 read -r -a models <<< "${MODELS:-Qwen/Qwen3-30B-A3B allenai/OLMoE-1B-7B-0924 mistralai/Mixtral-8x7B-v0.1}"
 state=${STATE_DIR:-/tmp/h200-add-moe-state}
 # The trail key and signed heads travel with the trail, so `audit` checks the anchor here too

@@ -13,13 +13,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/h200-matrix-out}
 mkdir -p "$out"
-wheels=${WHEELS:-../whl}
-if ls "$wheels"/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$wheels"/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 part=${PART:-survey}
 state=${STATE_DIR:-/tmp/h200-matrix-$part}
 export ORCHESTRATOR_ANCHOR_DIR=$state/anchors
