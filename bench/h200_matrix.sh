@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The entry points a user meets first, on CUDA, in few device calls (issue 22):
-#   PART=survey bash bench/h200_matrix.sh   survey of every MoE type on the embedded target (--device cuda),
-#                                           then README command 1 (orchestrator run, Qwen3) on CUDA
-#   PART=main   bash bench/h200_matrix.sh   the 8 upstream models on the main snapshot (bench/main_tree_models.py)
+#   PART=survey bash bench/h200_matrix.sh   survey of every MoE type on the embedded target (--device cuda,
+#                                           --jobs JOBS) and, beside it, README command 1 (Qwen3) on CUDA
+#   PART=main   bash bench/h200_matrix.sh   the 8 upstream models on the main snapshot, side by side
+#                                           (bench/main_tree_models.py --jobs 8)
 # Missing pure-Python wheels come from $WHEELS (default ../whl), the main snapshot tarball from
 # $TARGETS (default ../targets): carry a folder holding src/ (this checkout), whl/ and targets/, e.g.
 #   D=state/workspaces/matrix-dev; mkdir -p $D/src $D/targets; cp ../shared/targets/*.tar.gz $D/targets/
@@ -28,19 +29,22 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda
 cat "$out/env.txt"
 started=$SECONDS
 if [ "$part" = survey ]; then
-  timeout "${SURVEY_S:-420}" python3 -m orchestrator.cli survey add-moe-model --models "${MODELS:-all}" --device cuda \
-    --state-dir "$state" --out "$state/survey" 2>&1 | tee "$out/survey.log"
+  # README command 1 (with its torchrun row on the GPU) beside the survey (JOBS tasks, torchrun rows skipped)
+  ( timeout "${README_S:-540}" python3 -m orchestrator.cli run add-moe-model --model Qwen/Qwen3-30B-A3B \
+      --device cuda --branch new --commit auto --unrun-rows accept --state-dir "$state" > "$out/readme1.log" 2>&1
+    echo "README command 1 on cuda: exit $? after $((SECONDS - started)) s" >> "$out/readme1.log" ) &
+  timeout "${SURVEY_S:-540}" python3 -m orchestrator.cli survey add-moe-model --models "${MODELS:-all}" --device cuda \
+    --jobs "${JOBS:-12}" --state-dir "$state" --out "$state/survey" 2>&1 | tee "$out/survey.log"
   echo "survey: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/survey.log"
-  cp "$state/survey/survey.json" "$out/" 2>/dev/null
-  t1=$SECONDS
-  timeout "${README_S:-150}" python3 -m orchestrator.cli run add-moe-model --model Qwen/Qwen3-30B-A3B --device cuda \
-    --branch current --commit never --unrun-rows accept --state-dir "$state" 2>&1 | tee "$out/readme1.log"
-  echo "README command 1 on cuda: exit ${PIPESTATUS[0]} after $((SECONDS - t1)) s" | tee -a "$out/readme1.log"
+  python3 bench/bench_add_moe.py --survey-out "$state/survey" --survey-state "$state" 2>&1 | tee -a "$out/survey.log"
+  cp "$state/survey/survey.json" "$state/survey/SURVEY.md" "$out/" 2>/dev/null
+  wait
+  cat "$out/readme1.log"
 else
   tree=/tmp/tt-main
   mkdir -p "$tree" && tar xzf "${TARGETS:-../targets}"/torchtitan-main-b5bcd76c6.tar.gz -C "$tree" --strip-components=1
   (cd "$tree" && git init -q -b main && git add -A && git commit -qm "torchtitan main b5bcd76c6 (snapshot)")
-  timeout "${MAIN_S:-540}" python3 bench/main_tree_models.py run --tree "$tree" --state "$state" --device cuda \
+  timeout "${MAIN_S:-540}" python3 bench/main_tree_models.py run --tree "$tree" --state "$state" --device cuda --jobs 8 \
     2>&1 | tee "$out/main.log"
   echo "main models: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/main.log"
   python3 bench/main_tree_models.py table --tree "$tree" --state "$state" > "$out/main_table.md" 2>&1

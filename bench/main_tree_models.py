@@ -1,10 +1,11 @@
 """add-moe-model on torchtitan main for the 8 models of its MODEL_COMPATIBILITY.md, side by side with upstream.
 
-    python bench/main_tree_models.py run --tree CHECKOUT --state DIR [--models ID ...]
+    python bench/main_tree_models.py run --tree CHECKOUT --state DIR [--models ID ...] [--jobs N] [--device cuda]
     python bench/main_tree_models.py table --tree CHECKOUT --state DIR
 
 ``run`` gives every model a fresh clone of CHECKOUT (a git repo of the main snapshot, see
-../shared/targets/README.md) and runs the workflow on CPU. Where the run stops for a person,
+../shared/targets/README.md) and runs the workflow (CPU by default; ``--jobs N``: models side by
+side). Where the run stops for a person,
 its decisions are taken as a user would, and each is written to ``<slug>.steps``:
 - human, probe blocker (core changes): continue anyway, as upstream kept Gemma-4 in its table;
 - human, torchrun rows this GPU-less machine cannot run: accept them as unrun;
@@ -131,6 +132,8 @@ def upstream_rows(tree: Path) -> dict[str, list[str]]:
 
 
 def ours(state: Path, model: str) -> dict:
+    if not (state / f"{slug(model)}.json").is_file():
+        return {"numerics": None, "steps": [], "ended": "not run (or cut off before its end)"}
     status = json.loads((state / f"{slug(model)}.json").read_text())
     trail = [json.loads(line) for line in (state / "runs" / status["run_id"] / "events.jsonl").read_text().splitlines()]
     done = {e["phase"]: e["data"]["data"] for e in trail if e["type"] == "phase_completed"}
@@ -141,8 +144,8 @@ def ours(state: Path, model: str) -> dict:
 
 def table(tree: Path, state: Path) -> str:
     upstream = upstream_rows(tree)
-    lines = ["| Model | model_type | Upstream status | Upstream KL | Our status | Our KL | Our cos | Device | "
-             "Tree script | Run ended | Steps taken |", "|" + "---|" * 11]
+    lines = ["| Model | model_type | Upstream status | Upstream KL | Our status | Our KL | Firmness | Our cos | "
+             "Device | Tree script | Run ended | Steps taken |", "|" + "---|" * 12]
     for model_type, model in MODELS.items():
         row, mine = upstream.get(model_type, ["?"] * 7), ours(state, model)
         numerics = mine["numerics"] or {}
@@ -154,9 +157,31 @@ def table(tree: Path, state: Path) -> str:
             verdict["status"] += " (worker alone, upstream's entry)"
         kl = f"{verdict['kl']:.2e}" if isinstance(verdict.get("kl"), float) else "-"
         cos = f"{verdict['cos_sim']:.6f}" if isinstance(verdict.get("cos_sim"), float) else "-"
-        lines.append(f"| {row[0]} | {model_type} | {row[2]} | {row[3]} | {verdict.get('status', '-')} | {kl} | {cos} | "
+        lines.append(f"| {row[0]} | {model_type} | {row[2]} | {row[3]} | {verdict.get('status', '-')} | {kl} | "
+                     f"{firmness(verdict)} | {cos} | "
                      f"{verdict.get('device', '-')} | {script} | {mine['ended']} | {'; '.join(mine['steps']) or '-'} |")
     return "\n".join(lines) + "\n"
+
+
+def firmness(verdict: dict) -> str:
+    """fp64 KL, one-ulp spread and the tier they span, as the numerics phase recorded them."""
+    firm = verdict.get("firmness") or {}
+    if firm.get("kl_fp64") is None:
+        return firm.get("error") or "-"
+    spread = f", spread {firm['spread']:.1e}" if isinstance(firm.get("spread"), float) else ""
+    return f"fp64 {firm['kl_fp64']:.2e}{spread}; {firm.get('edge') or verdict.get('status')}"
+
+
+def run_all(models: list[str], *, tree: Path, state: Path, device: str, jobs: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(model: str) -> str:
+        status = run_model(model, tree=tree, state=state, device=device)
+        return f"{model}: {status.get('phase')} {status.get('status')}: {status.get('summary')}"
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for line in pool.map(one, models):
+            print(line, flush=True)
 
 
 def main() -> None:
@@ -166,12 +191,11 @@ def main() -> None:
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--models", nargs="*", default=list(MODELS.values()))
     parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine (bench/h200_matrix.sh)")
+    parser.add_argument("--jobs", type=int, default=1, help="models run side by side (each its own processes)")
     args = parser.parse_args()
     if args.command == "run":
         args.state.mkdir(parents=True, exist_ok=True)
-        for model in args.models:
-            status = run_model(model, tree=args.tree.resolve(), state=args.state.resolve(), device=args.device)
-            print(f"{model}: {status.get('phase')} {status.get('status')}: {status.get('summary')}", flush=True)
+        run_all(args.models, tree=args.tree.resolve(), state=args.state.resolve(), device=args.device, jobs=args.jobs)
     else:
         print(table(args.tree, args.state), end="")
 

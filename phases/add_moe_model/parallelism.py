@@ -52,6 +52,7 @@ SKILL_FEEDBACK = (
 ROW_KIND = "parallelism_row"
 ROW_TIMEOUT_S = 600
 QUESTION_KEY = "unrun_rows"
+SKIPPED = "not run: --torchrun-rows skip (build check only; `orchestrator run` runs the rows)"
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -108,6 +109,8 @@ def settle_row(ctx: PhaseContext, row: Row, paths: TrainerPaths, *, python: str,
                fsdp: dict[str, Any]) -> dict[str, Any]:
     command = trainer_command(row, paths, python=python)
     shown = shlex.join(command)
+    if ctx.options.get("torchrun_rows") == "skip":
+        return {**base_record(row, shown), "status": "UNRUN", "error": SKIPPED, "root_cause": ""}
     if row.world_size <= ngpu:
         return run_row(ctx, row, command, fsdp=fsdp)
     where = f"needs {row.world_size} GPU(s), this machine has {ngpu}"

@@ -49,6 +49,9 @@ class Options(BaseModel):
     """A person's answer, ahead of time, to the parallelism question about torchrun rows this machine
     cannot run (e.g. no GPU): accept them as unrun. Left out, the run asks when it gets there."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    torchrun_rows: Literal["run", "skip"] = "run"
+    """``skip`` (the survey's setting): the parallelism phase runs its build check only and leaves every
+    torchrun row UNRUN, saying so; ``run`` runs each row the visible GPUs allow."""
     weights: str | None = Field(default=None, min_length=1, max_length=4096)
     """A local Hugging Face checkpoint directory (config.json + *.safetensors) of the same model type: the
     numerics phase also runs the skill's pretrained test (Phase 3b, PASS below KL 1e-3) on it."""

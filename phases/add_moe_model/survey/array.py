@@ -12,21 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator import cluster
 from orchestrator.trail.store import atomic_write
-from phases.add_moe_model.survey.outcome import OUTCOMES, SurveyRow
-from phases.add_moe_model.survey.runner import Survey, SurveyOptions, load_progress
+from phases.add_moe_model.survey.runner import Survey, SurveyOptions
+from phases.add_moe_model.survey.tasks import chunks_of, merge_tasks, task_dir, task_shell_line
 
 WAITING = "waiting"
-
-
-def chunks_of(models: list[str], tasks: int) -> list[list[str]]:
-    tasks = max(1, min(tasks, len(models)))
-    return [models[i::tasks] for i in range(tasks)]
 
 
 def run_array(opts: SurveyOptions, models: list[str], *, tasks: int, settings: cluster.Settings,
@@ -69,37 +63,18 @@ def task_script(opts: SurveyOptions, chunks: list[list[str]]) -> str:
     from orchestrator.worker import PROJECT_ROOT
 
     lines = [f"  {i}) MODELS={shlex.quote(','.join(chunk))} ;;" for i, chunk in enumerate(chunks)]
-    command = [sys.executable, "-m", "orchestrator.cli", "survey", "add-moe-model", "--state-dir",
-               str(opts.state_dir.resolve()), "--target", opts.target, "--device", opts.device]
     return ("#!/bin/bash\n# one task of the survey array: the local survey of this task's model types\n"
             f"cd {shlex.quote(PROJECT_ROOT)} || exit 2\ncase \"$SLURM_ARRAY_TASK_ID\" in\n" + "\n".join(lines)
-            + "\n  *) exit 2 ;;\nesac\n" + shlex.join(command)
-            + f" --models \"$MODELS\" --out {shlex.quote(str(opts.out.resolve()))}/tasks/$SLURM_ARRAY_TASK_ID\n")
-
-
-def task_dir(out: Path, index: int) -> Path:
-    return out / "tasks" / str(index)
+            + "\n  *) exit 2 ;;\nesac\n" + task_shell_line(opts) + "\n")
 
 
 def merged(opts: SurveyOptions, record: dict[str, Any], states: dict[str, cluster.JobState]) -> Survey:
-    rows: dict[str, SurveyRow] = {}
-    transformers, seconds = "", 0.0
-    for index, chunk in enumerate(record["chunks"]):
-        saved = load_progress(task_dir(opts.out, index))
-        found = {r.model_type: r for r in saved["rows"]}
-        if (task_dir(opts.out, index) / "survey.json").is_file():
-            body = json.loads((task_dir(opts.out, index) / "survey.json").read_text())
-            transformers = transformers or body.get("transformers", "")
-            seconds = max(seconds, float(body.get("seconds") or 0))
+    def ended(index: int) -> str:
         state = states.get(f"{record['job_id']}_{index}")
-        ended = f"{state.state} ({state.reason})" if state else "no longer in squeue"
-        for model_type in chunk:
-            rows[model_type] = found.get(model_type) or SurveyRow(
-                model_type=model_type, model=f"type:{model_type}", outcome="error",
-                reasons=[f"array task {index} of job {record['job_id']} ended {ended} without this model's row"])
-    ordered = [rows[m] for m in record["models"]]
-    counts = {o: sum(r.outcome == o for r in ordered) for o in OUTCOMES}
-    return Survey(rows=ordered, counts=counts, transformers=transformers, seconds=seconds, warm_import_s=None)
+        return f"of job {record['job_id']} ended " + (f"{state.state} ({state.reason})" if state
+                                                        else "(no longer in squeue)")
+
+    return merge_tasks(opts.out, record["models"], record["chunks"], ended=ended)
 
 
 def save(path: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -28,13 +28,15 @@ def register(main: click.Group, command: Callable[..., Any]) -> None:
     @click.option("--out", metavar="DIR", help="Reports (default STATE_DIR/surveys/add-moe-model-TARGET).")
     @click.option("--executor", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
                   help="slurm: the model types as one job array (docs/slurm.md); run again to collect.")
+    @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+                  help="Local processes side by side, one warm worker each (local executor).")
     @click.option("--tasks", type=click.IntRange(min=1), default=8, show_default=True, help="Array tasks (slurm).")
     @click.option("--slurm-partition", default=None)
     @click.option("--slurm-account", default=None)
     @click.option("--slurm-time", default=None)
     @click.option("--slurm-sbatch-args", default=None)
-    def survey_cmd(settings: Any, models: str, target: str, device: str, out: str | None, executor: str, tasks: int,
-                   **slurm: str | None) -> int:
+    def survey_cmd(settings: Any, models: str, target: str, device: str, out: str | None, executor: str, jobs: int,
+                   tasks: int, **slurm: str | None) -> int:
         """Survey MoE model types: one add-moe-model run each (never a commit), one outcome each."""
         from phases.add_moe_model.survey.report import write_reports
         from phases.add_moe_model.survey.runner import SurveyOptions, run_survey
@@ -43,7 +45,10 @@ def register(main: click.Group, command: Callable[..., Any]) -> None:
                              out=Path(out) if out else default_out(settings.state_dir, target),
                              state_dir=settings.state_dir)
         say = (lambda _m: None) if settings.as_json else (lambda m: print(f"... {m}", file=sys.stderr, flush=True))
-        survey = run_survey(opts, say=say) if executor == "local" else run_on_slurm(opts, tasks, slurm, say=say)
+        if executor == "slurm":
+            survey = run_on_slurm(opts, tasks, slurm, say=say)
+        else:
+            survey = run_survey(opts, say=say) if jobs == 1 else run_side_by_side(opts, jobs, say=say)
         if isinstance(survey, str):  # the job array still runs: run the same command again later
             if settings.as_json:
                 from orchestrator.render import emit_json
@@ -88,6 +93,17 @@ def check_target(target: str) -> str:
 def default_out(state_dir: Path, target: str) -> Path:
     name = "embedded" if target == "embedded" else re.sub(r"[^A-Za-z0-9._-]+", "-", str(Path(target).resolve()))
     return state_dir / "surveys" / f"add-moe-model-{name.strip('-')}"
+
+
+def run_side_by_side(opts: Any, jobs: int, *, say: Callable[[str], None]) -> Any:
+    from orchestrator.trail.store import RunStore
+    from phases.add_moe_model.survey.parallel import run_jobs
+    from phases.add_moe_model.survey.runner import discover, warm_root
+
+    RunStore(opts.state_dir).ensure_writable()
+    root = warm_root(opts.target, opts.state_dir)  # made once here, not by the tasks at the same time
+    models = list(opts.models) if opts.models else [m["model_type"] for m in discover(root)["models"]]
+    return run_jobs(opts, models, jobs=jobs, say=say)
 
 
 def run_on_slurm(opts: Any, tasks: int, slurm: dict[str, str | None], *, say: Callable[[str], None]) -> Any:

@@ -55,9 +55,10 @@ def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Pa
     if state["status"] == "done":
         return SurveyRow(**base, **_verdict(state, numerics))
     if waits_only_for_gpu_rows(state):
-        unrun = [r["config"] for r in state["results"]["parallelism"]["rows"] if r["status"] == "UNRUN"]
-        pending = (f"torchrun rows unrun here ({', '.join(unrun)}: no GPU); the run waits for their logs "
-                   f"(`orchestrator resume {state['run_id']} --results DIR`) or a human's unrun_rows=accept")
+        unrun = [r for r in state["results"]["parallelism"]["rows"] if r["status"] == "UNRUN"]
+        why = "; ".join(sorted({r["error"] for r in unrun}))
+        pending = (f"torchrun rows unrun here ({', '.join(r['config'] for r in unrun)}: {why}); the run waits for "
+                   f"their logs (`orchestrator resume {state['run_id']} --results DIR`) or a human's unrun_rows=accept")
         return SurveyRow(**base, **_verdict(state, numerics, pending=pending))
     if state["status"] == "waiting":
         agent = state.get("awaiting") != "human"

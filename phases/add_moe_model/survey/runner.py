@@ -100,7 +100,8 @@ def survey_one(model_type: str, opts: SurveyOptions, *, store: RunStore, root: P
     try:
         if run_id is None:
             target = "embedded" if opts.target == "embedded" else str(clone_target(root, opts.state_dir, model_type))
-            options = {"model": model, "target": target, "branch": "current", "commit": "never", "device": opts.device}
+            options = {"model": model, "target": target, "branch": "current", "commit": "never", "device": opts.device,
+                       "torchrun_rows": "skip"}
             try:
                 run_id = engine.start(WORKFLOW, options, store=store).run_id
             except UsageError as exc:
