@@ -140,25 +140,6 @@ def test_gap_recipes_apply_to_mains_core_files(main_snapshot, tmp_path):
         repo.git.apply("--check", str(diff))
 
 
-@pytest.fixture(scope="session")
-def main_qwen_run(main_snapshot, tiny_checkpoint, tmp_path_factory) -> dict:
-    """One real run of the workflow on a clone of main (CPU) with --weights, shared by the tests below."""
-    home = tmp_path_factory.mktemp("main-run")
-    target = clone_of(main_snapshot, home / "tt")
-    state = home / "state"
-    done = cli("run", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--target", str(target), "--branch", "new",
-               "--commit", "auto", "--device", "cpu", "--weights", str(tiny_checkpoint), "--json", state_dir=state,
-               timeout=1500)
-    status = json.loads(done.stdout.strip().splitlines()[-1])
-    if done.returncode == 3 and status["phase"] == "parallelism":  # no GPU here: a human accepts the unrun rows
-        done = cli("resume", status["run_id"], "--answer", "unrun_rows=accept", "--json", state_dir=state,
-                   timeout=1500)
-        status = json.loads(done.stdout.strip().splitlines()[-1])
-    trail = [json.loads(line) for line in (state / "runs" / status["run_id"] / "events.jsonl").read_text().splitlines()]
-    return {"code": done.returncode, "status": status, "trail": trail, "state": state, "target": target,
-            "stderr": done.stderr}
-
-
 def _completed(trail: list[dict], phase: str) -> dict:
     return next(e for e in trail if e["type"] == "phase_completed" and e["phase"] == phase)["data"]["data"]
 

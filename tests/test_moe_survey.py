@@ -18,18 +18,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, cli
+from tests.run_fixtures import EMBEDDED_SURVEY_MODELS
 
 pytestmark = pytest.mark.slow
-MODELS = "qwen3_moe,youtu,qwen3_vl_moe_text,jamba"
+MODELS = EMBEDDED_SURVEY_MODELS
 CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="session")
-def survey(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    home = tmp_path_factory.mktemp("survey")
-    result = cli("survey", "add-moe-model", "--models", MODELS, "--device", "cpu", "--out", str(home / "out"),
-                 "--json", state_dir=home / "state", timeout=1500)
-    return {"code": result.returncode, "body": json.loads(result.stdout), "home": home, "stderr": result.stderr}
+def survey(embedded_survey: dict) -> dict:
+    return embedded_survey
 
 
 def test_every_row_has_one_outcome_and_none_is_our_error(survey):
@@ -44,7 +42,7 @@ def test_every_row_has_one_outcome_and_none_is_our_error(survey):
     # jamba's Mamba layers have no self_attn: once an AttributeError in our probe, now a verdict
     assert rows["jamba"]["outcome"] in ("needs_agent", "needs_human") and rows["jamba"]["reasons"], rows["jamba"]
     counts = survey["body"]["counts"]
-    assert counts["error"] == 0 and sum(counts.values()) == 4 and counts["unsupported"] == 2
+    assert counts["error"] == 0 and sum(counts.values()) == len(rows) and counts["unsupported"] == 2
 
 
 def test_the_verdict_says_how_firm_its_tier_is(survey):
@@ -60,7 +58,7 @@ def test_the_verdict_says_how_firm_its_tier_is(survey):
 def test_each_model_is_its_own_audited_run(survey):
     state = survey["home"] / "state"
     run_ids = [r["run_id"] for r in survey["body"]["rows"] if r["run_id"]]
-    assert len(run_ids) == 2
+    assert len(run_ids) == 4
     for run_id in run_ids:
         audit = cli("audit", run_id, state_dir=state, timeout=300)
         assert audit.returncode == 0, audit.stdout + audit.stderr
@@ -71,7 +69,7 @@ def test_reports_are_written(survey):
     saved = json.loads((out / "survey.json").read_text())
     assert [r["model_type"] for r in saved["rows"]] == MODELS.split(",") and saved["in_flight"] == {}
     table = (out / "SURVEY.md").read_text()
-    assert table.count("\n| ") == 1 + 4 and "| qwen3_moe | clean |" in table
+    assert table.count("\n| ") == 1 + len(MODELS.split(",")) and "| qwen3_moe | clean |" in table
 
 
 def render_in_chromium(page_path: Path, screenshot: Path | None = None) -> dict:

@@ -14,35 +14,15 @@ import git
 import pytest
 
 from tests.conftest import cli
+from tests.run_fixtures import run_json
 
 EXP = "torchtitan/experiments/transformers_modeling_backend/"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
-def moe_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("moe-state")
-
-
-def run_json(*args: str, state_dir: Path, timeout: float = 900) -> tuple[int, dict]:
-    result = cli(*args, "--json", state_dir=state_dir, timeout=timeout)
-    assert result.stdout.strip(), result.stderr
-    return result.returncode, json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def events(state_dir: Path, run_id: str) -> list[dict]:
     lines = (state_dir / "runs" / run_id / "events.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
-
-
-@pytest.fixture(scope="session")
-def qwen_run(moe_state: Path) -> dict:
-    code, status = run_json("run", "add-moe-model", "--model", "Qwen/Qwen3-30B-A3B", "--branch", "new",
-                            "--commit", "auto", state_dir=moe_state)
-    waiting = status
-    if code == 3 and [q["key"] for q in status["pending"]] == ["unrun_rows"]:
-        code, status = run_json("resume", status["run_id"], "--answer", "unrun_rows=accept", state_dir=moe_state)
-    return {"code": code, "status": status, "waiting": waiting}
 
 
 def test_rows_this_machine_cannot_run_wait_for_a_human_and_stay_unrun(qwen_run, moe_state):
