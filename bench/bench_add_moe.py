@@ -102,6 +102,9 @@ def start(model: str, state: Path, target: Path | None) -> str:
 def survey_against_floor(out: Path, state: Path) -> str:
     """The survey's wall time against its floor: one warm import plus the worker time of its runs; with
     ``--jobs N`` (OUT/jobs.json) the slowest task's import plus worker time, the critical path."""
+    if not (out / "survey.json").is_file():
+        done = sum(len(json.loads(f.read_text())["rows"]) for f in out.glob("tasks/*/survey.json"))
+        return f"survey did not finish: no {out / 'survey.json'}; {done} row(s) in its tasks so far"
     body = json.loads((out / "survey.json").read_text())
     plan = json.loads((out / "jobs.json").read_text()) if (out / "jobs.json").is_file() else None
     tasks = [out / "tasks" / str(i) for i in range(len(plan["chunks"]))] if plan else [out]

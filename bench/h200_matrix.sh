@@ -4,6 +4,7 @@
 #                                           --jobs JOBS) and, beside it, README command 1 (Qwen3) on CUDA
 #   PART=main   bash bench/h200_matrix.sh   the 8 upstream models on the main snapshot, side by side
 #                                           (bench/main_tree_models.py --jobs 8)
+#   PART=all    bash bench/h200_matrix.sh   both at once (README=0 leaves command 1 out), one device call
 # Missing pure-Python wheels come from $WHEELS (default ../whl), the main snapshot tarball from
 # $TARGETS (default ../targets): carry a folder holding src/ (this checkout), whl/ and targets/, e.g.
 #   D=state/workspaces/matrix-dev; mkdir -p $D/src $D/targets; cp ../shared/targets/*.tar.gz $D/targets/
@@ -28,27 +29,34 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda
 } > "$out/env.txt" 2>&1
 cat "$out/env.txt"
 started=$SECONDS
-if [ "$part" = survey ]; then
-  # README command 1 (with its torchrun row on the GPU) beside the survey (JOBS tasks, torchrun rows skipped)
-  ( timeout "${README_S:-540}" python3 -m orchestrator.cli run add-moe-model --model Qwen/Qwen3-30B-A3B \
-      --device cuda --branch new --commit auto --unrun-rows accept --state-dir "$state" > "$out/readme1.log" 2>&1
-    echo "README command 1 on cuda: exit $? after $((SECONDS - started)) s" >> "$out/readme1.log" ) &
+survey_part() {  # the survey (JOBS tasks, torchrun rows skipped); README command 1 beside it unless README=0
+  local state=$1
+  if [ "${README:-1}" = 1 ]; then
+    ( timeout "${README_S:-540}" python3 -m orchestrator.cli run add-moe-model --model Qwen/Qwen3-30B-A3B \
+        --device cuda --branch new --commit auto --unrun-rows accept --state-dir "$state" > "$out/readme1.log" 2>&1
+      echo "README command 1 on cuda: exit $? after $((SECONDS - started)) s" >> "$out/readme1.log" ) &
+  fi
   timeout "${SURVEY_S:-540}" python3 -m orchestrator.cli survey add-moe-model --models "${MODELS:-all}" --device cuda \
-    --jobs "${JOBS:-12}" --state-dir "$state" --out "$state/survey" 2>&1 | tee "$out/survey.log"
-  echo "survey: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/survey.log"
-  python3 bench/bench_add_moe.py --survey-out "$state/survey" --survey-state "$state" 2>&1 | tee -a "$out/survey.log"
-  cp "$state/survey/survey.json" "$state/survey/SURVEY.md" "$out/" 2>/dev/null
+    --jobs "${JOBS:-12}" --state-dir "$state" --out "$state/survey" > "$out/survey.log" 2>&1
+  echo "survey: exit $? after $((SECONDS - started)) s" >> "$out/survey.log"
+  python3 bench/bench_add_moe.py --survey-out "$state/survey" --survey-state "$state" >> "$out/survey.log" 2>&1
   wait
-  cat "$out/readme1.log"
-else
-  tree=/tmp/tt-main
+}
+main_part() {  # the 8 upstream models on the main snapshot, side by side
+  local state=$1 tree=/tmp/tt-main
   mkdir -p "$tree" && tar xzf "${TARGETS:-../targets}"/torchtitan-main-b5bcd76c6.tar.gz -C "$tree" --strip-components=1
   (cd "$tree" && git init -q -b main && git add -A && git commit -qm "torchtitan main b5bcd76c6 (snapshot)")
-  timeout "${MAIN_S:-540}" python3 bench/main_tree_models.py run --tree "$tree" --state "$state" --device cuda --jobs 8 \
-    2>&1 | tee "$out/main.log"
-  echo "main models: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/main.log"
+  timeout "${MAIN_S:-540}" python3 bench/main_tree_models.py run --tree "$tree" --state "$state" --device cuda \
+    --jobs 8 > "$out/main.log" 2>&1
+  echo "main models: exit $? after $((SECONDS - started)) s" >> "$out/main.log"
   python3 bench/main_tree_models.py table --tree "$tree" --state "$state" > "$out/main_table.md" 2>&1
-  tar czf "$out/main_side.tgz" -C "$state" --exclude='tt-*' --exclude=runs --exclude=anchors --exclude=workspaces .
-fi
-tar czf "$out/$part.tgz" -C "$state" runs anchors
+}
+case "$part" in
+  survey) survey_part "$state" ;;
+  main) main_part "$state" ;;
+  all) survey_part "$state/survey-state" & main_part "$state/main-state"; wait ;;
+esac
+tail -n 5 "$out"/*.log 2>/dev/null
+# trails, signed heads, public key and the survey's reports (no workspaces or clones; the private key stays)
+tar czf "$out/$part.tgz" -C "$state" --exclude='workspaces' --exclude='tt-*' --exclude='.pristine*' --exclude='trail.ed25519' .
 echo "$part: $(du -h "$out/$part.tgz" | cut -f1) in $((SECONDS - started)) s"

@@ -229,11 +229,11 @@ def prepare_bench(req: CompareRequest, *, first_dtype: str) -> Bench:
     model_cls = AutoModelForCausalLM._model_mapping[type(config)]
     hf_impl = moe_blocks.set_experts_impl(config, model_cls=model_cls)
     torch.manual_seed(req.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, first_dtype)).eval()
+    with torch.device(device):  # initialised where it runs: real-size experts on a CPU took minutes
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, first_dtype)).eval()
     seconds["build_hf"] = elapsed(t1)
     roundtrip = measure_roundtrip_safely(model)
     site = moe_blocks.find_moe_site(model)
-    model.to(device)
     return Bench(model_type=req.model_type, config=config, model=model, site=site,
                   device=device, device_note=note, hf_impl=hf_impl, roundtrip=roundtrip,
                   versions=collect_versions(), seed=req.seed, seconds=seconds)
