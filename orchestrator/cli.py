@@ -146,7 +146,7 @@ def print_outcome(settings: _Settings, outcome: Any) -> int:
     from orchestrator.render import emit_json, status_text, status_view
 
     if settings.as_json:
-        emit_json(status_view(outcome.state))
+        emit_json({**status_view(outcome.state), **outcome.details})
     else:
         for message in outcome.messages:
             print(message, file=sys.stderr)
