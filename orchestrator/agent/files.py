@@ -29,6 +29,18 @@ class ScopeRefused(UsageError):
     """An agent named a path it may not read or write; nothing was touched."""
 
     code = "scope_refused"
+    details: dict[str, object] = {}
+    """Fields the tool's answer carries in ``data`` beside ``code`` (e.g. ``matches``)."""
+
+
+class EditNotUnique(ScopeRefused):
+    """``edit_file``'s old text matches 0 or several times; the file is unchanged."""
+
+    code = "edit_not_unique"
+
+    def __init__(self, message: str, *, matches: int) -> None:
+        super().__init__(message)
+        self.details = {"matches": matches}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,8 +160,10 @@ def replace_once(scope: Scope, path: str, old: str, new: str) -> dict[str, objec
     count = text.count(old)
     if count != 1:
         hint = ("copy it from read_file exactly, whitespace and indentation included" if count == 0 else
-                "add the lines around it to old_string so that it matches once")
-        raise ScopeRefused(f"old_string matches {count} times in {relative!r} (it must match exactly once); {hint}")
+                "give more surrounding context: add the lines before or after it to old_string so that it "
+                "matches once")
+        raise EditNotUnique(f"old_string matches {count} times in {relative!r} (it must match exactly once), so "
+                            f"the file is unchanged; {hint}", matches=count)
     at = text.index(old)
     resolved.write_bytes((text[:at] + new + text[at + len(old):]).encode("utf-8"))
     return {"path": relative, "line": text.count("\n", 0, at) + 1, "removed_chars": len(old),

@@ -59,6 +59,9 @@ ACTING = frozenset({"advance", "answer", "submit", "revert_patches", "note", "es
 """Tools that change a run or its target: each runs and is recorded under the run's lock."""
 READ_RECORD_WAIT_S = 0.5
 """How long a read (status, explain, read_file...) waits to record itself: reads never wait on a busy run."""
+NOT_DONE = {"write_file": "file NOT written", "edit_file": "edit NOT made", "apply_diff": "diff NOT applied",
+            "commit_branch": "NOT committed"}
+"""How a refusal of a tool that writes the target starts, so that it never reads like a result."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,12 +127,25 @@ def _act_recorded(name: str, arguments: dict[str, Any], *, run_id: str, env: Too
                                      outcome=result.outcome()[:1000]), actor="agent", phase=run.state["phase"] or None)
             return result
     except (RunBusy, RunNotFound) as exc:
-        return ToolResult(status="refused", message=f"{exc.message}; nothing was done", data={"code": exc.code})
+        return said_not_done(name, ToolResult(status="refused", message=f"{exc.message}; nothing was done",
+                                              data={"code": exc.code}))
     except OrchestratorError as exc:  # a trail the engine will not act on
         return ToolResult(status="error", message=exc.message, data={"code": exc.code})
 
 
 def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResult:
+    return said_not_done(name, _handle(name, arguments, env=env))
+
+
+def said_not_done(name: str, result: ToolResult) -> ToolResult:
+    """A refused or failed write to the target leads with what did not happen ("edit NOT made: ...")."""
+    lead = NOT_DONE.get(name)
+    if lead and result.is_error and not result.message.startswith(lead):
+        return result.model_copy(update={"message": f"{lead}: {result.message}"})
+    return result
+
+
+def _handle(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResult:
     spec = TOOLS.get(name)
     if spec is None:
         return ToolResult(status="error", message=f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
@@ -141,7 +157,8 @@ def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResu
         return ToolResult(status="refused", message=f"bad arguments for {name}: a value is not valid UTF-8 text")
     except OrchestratorError as exc:
         status: Status = "refused" if isinstance(exc, UsageError) and not isinstance(exc, RunBusy) else "error"
-        return ToolResult(status=status, message=exc.message, data={"code": exc.code})
+        return ToolResult(status=status, message=exc.message,
+                          data={"code": exc.code, **getattr(exc, "details", {})})
 
 
 def record_action(store: Any, run_id: str, *, tool: str, call_id: str, arguments: dict[str, Any],
