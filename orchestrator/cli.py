@@ -43,17 +43,33 @@ class _Settings:
         return lambda message: print(f"... {message}", file=sys.stderr, flush=True)
 
 
+def common_options(func: Callable) -> Callable:
+    """--json, --state-dir and --debug: taken before the command (by the group) and after it (by each command)."""
+    func = click.option("--debug", is_flag=True, help="Show tracebacks.")(func)
+    func = click.option("--state-dir", metavar="DIR", help="Runs live in DIR/runs (env ORCHESTRATOR_STATE_DIR).")(func)
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")(func)
+
+
+def _settings(*, as_json: bool, state_dir: str | None, debug: bool) -> _Settings:
+    """The command's own options merged with those given before the command (``main``'s)."""
+    given = click.get_current_context().find_root().obj or {}
+    before = given.get("state_dir")
+    if state_dir is not None and before is not None and state_dir != before:
+        raise UsageError(f"--state-dir given twice: {before!r} before the command, {state_dir!r} after it; "
+                         "give it once")
+    return _Settings(as_json=as_json or given.get("as_json", False), state_dir=state_dir or before,
+                     debug=debug or given.get("debug", False))
+
+
 def command(group: click.Group, name: str, **kwargs: Any) -> Callable:
     """Register a command with the options every command takes, and one error handler."""
 
     def decorate(func: Callable) -> Callable:
         @group.command(name, **kwargs)
-        @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-        @click.option("--state-dir", metavar="DIR", help="Runs live in DIR/runs (env ORCHESTRATOR_STATE_DIR).")
-        @click.option("--debug", is_flag=True, help="Show tracebacks.")
+        @common_options
         @functools.wraps(func)
         def wrapper(as_json: bool, state_dir: str | None, debug: bool, **params: Any) -> None:
-            settings = _Settings(as_json=as_json, state_dir=state_dir, debug=debug)
+            settings = _settings(as_json=as_json, state_dir=state_dir, debug=debug)
             signal.signal(signal.SIGTERM, _stop_on_sigterm)
             try:
                 code = func(settings, **params)
@@ -138,15 +154,21 @@ def _check_utf8(argv: list[str]) -> None:
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
-    """orchestrator: torchtitan agent skills as persisted, auditable state machines."""
+@common_options
+@click.pass_context
+def main(ctx: click.Context, as_json: bool, state_dir: str | None, debug: bool) -> None:
+    """orchestrator: torchtitan agent skills as persisted, auditable state machines.
+
+    --json, --state-dir and --debug go before the command or after it.
+    """
+    ctx.obj = {"as_json": as_json, "state_dir": state_dir, "debug": debug}
 
 
 def print_outcome(settings: _Settings, outcome: Any) -> int:
     from orchestrator.render import emit_json, status_text, status_view
 
     if settings.as_json:
-        emit_json(status_view(outcome.state))
+        emit_json({**status_view(outcome.state), **outcome.details})
     else:
         for message in outcome.messages:
             print(message, file=sys.stderr)

@@ -9,7 +9,6 @@ a ``phase_started`` without its ``phase_completed``, which the next call detects
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +21,9 @@ from orchestrator.answers import validate_answer
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunFinished, UsageError, WorkerFailed
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import OpenRun, RunStore, new_run_id
-from orchestrator.waivers import apply_waivers, validate_waiver, waived_codes
+from orchestrator.handback import read_results, record_handback
+from orchestrator.resume_report import AGENT_QUESTION_ONLY, wait_point, with_report
+from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiver, waived_codes
 from orchestrator.workflow import DONE, Workflow, load_workflow
 
 Progress = Callable[[str], None]
@@ -36,6 +37,8 @@ class Outcome:
     state: dict[str, Any]
     exit_code: int
     messages: tuple[str, ...] = field(default_factory=tuple)
+    details: dict[str, Any] = field(default_factory=dict)
+    """Fields a command adds to its ``--json`` object (resume: ``recorded``, ``still_waiting``, ``moved``)."""
 
 
 def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, actor: str = "human") -> Outcome:
@@ -124,47 +127,19 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
                        for code, reason in (waivers or {}).items()})
         if handback is not None:
             record_handback(run, handback, templates=load_workflow(run.state["workflow"]).templates)
-        only_agent_questions = bool(parsed) and set(parsed) <= set(run.state["agent_asked"])
+        agent_keys, before = set(run.state["agent_asked"]), wait_point(run.state)
         run.append_many([ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id)
                          for key, value in parsed.items()], actor=actor, phase=run.state["phase"])
         run.flush()
+        # NOTE: an answer to the agent's own question changes nothing a phase reads, so it re-runs
+        # nothing, unless a waiver recorded earlier still waits for the phase to run again.
+        only_agent_questions = bool(parsed) and set(parsed) <= agent_keys and not unapplied_waivers(run.state)
         if not advance_after or only_agent_questions:
-            messages = (_AGENT_QUESTION_ONLY.format(run_id=run_id),) if only_agent_questions else ()
-            return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state), messages=messages)
-        workflow = load_workflow(run.state["workflow"])
-        return drive_open_run(run, workflow, progress=progress, max_phases=None)
-
-
-_AGENT_QUESTION_ONLY = (
-    "answer recorded for the agent; the engine cannot act on an agent's question, so nothing was re-run. "
-    "A person can waive a finding (`orchestrator resume {run_id} --waive CODE --reason TEXT`) or stop the run "
-    "(`orchestrator abort {run_id} --reason TEXT`)"
-)
-
-
-def read_results(state: dict[str, Any], directory: Path) -> Any:
-    """The current phase's ``HandBack`` for ``directory``; UsageError when it takes none (nothing written)."""
-    from orchestrator.workflow import resolve_ref
-
-    if state["phase"] == DONE:
-        raise UsageError(f"run {state['run_id']} waits in no phase; it takes no results")
-    spec = load_workflow(state["workflow"]).phase(state["phase"])
-    if not spec.results:
-        raise UsageError(f"phase {spec.name} of run {state['run_id']} takes no handed-back results")
-    if not Path(directory).is_dir():
-        raise UsageError(f"--results {directory}: not a directory")
-    return resolve_ref(spec.results)(state, Path(directory))
-
-
-def record_handback(run: OpenRun, handback: Any, *, templates: str, actor: str = "human") -> None:
-    """Artifacts, records and a note of a hand-back, all as ``actor``'s (the engine's for a cluster job's)."""
-    ctx = EngineContext(run, phase=run.state["phase"], templates=templates, timeout_s=0,
-                        on_progress=lambda _m: None, actor=actor)
-    for name, content in handback.artifacts.items():
-        ctx.write_artifact(name, content)
-    for kind, record in handback.records:
-        ctx.add_record(kind, record)
-    ctx.note(handback.summary, kind="results_handed_back")
+            messages = (AGENT_QUESTION_ONLY.format(run_id=run_id),) if only_agent_questions else ()
+            outcome = Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state), messages=messages)
+        else:
+            outcome = drive_open_run(run, load_workflow(run.state["workflow"]), progress=progress, max_phases=None)
+        return with_report(outcome, parsed, agent_keys=agent_keys, before=before)
 
 
 def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") -> Outcome:
@@ -403,7 +378,3 @@ def _validation_message(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "options"
         parts.append(f"--{where.replace('_', '-')}: {err['msg']}")
     return "; ".join(parts)
-
-
-def progress_to_stderr(message: str) -> None:
-    sys.stderr.write(message + "\n")

@@ -127,7 +127,7 @@ def collect(run: Any, workflow: Any) -> str:
 
 
 def hand_back(run: Any, workflow: Any, job: dict[str, Any]) -> None:
-    from orchestrator.engine import read_results, record_handback
+    from orchestrator.handback import read_results, record_handback
     from orchestrator.errors import UsageError
 
     try:

@@ -41,6 +41,12 @@ def waived_codes(state: dict[str, Any], phase: str) -> dict[str, str]:
     return found
 
 
+def unapplied_waivers(state: dict[str, Any]) -> list[str]:
+    """Codes a person waived that the current phase still reports: it has not run since the waiver."""
+    waived = waived_codes(state, state["phase"])
+    return [issue["code"] for issue in state["issues"] if issue["code"] in waived]
+
+
 def validate_waiver(state: dict[str, Any], code: str, reason: str, *, actor: str) -> str:
     """The answer key of a valid waiver; BadAnswer (nothing written) for an invalid one."""
     run_id, phase = state["run_id"], state["phase"]

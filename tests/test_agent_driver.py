@@ -153,3 +153,20 @@ def test_agent_command_exit_codes(agent_env: None, toy_repo: Path, state_dir: Pa
     assert failed.stderr.strip().splitlines()[-1].startswith("error: Anthropic API error")
     assert SECRET not in failed.stderr + failed.stdout
     assert_secret_absent(state_dir)
+
+
+def test_an_edit_that_matches_twice_comes_back_as_an_error_that_says_nothing_changed(
+        agent_env: None, toy_repo: Path, state_dir: Path) -> None:
+    store = RunStore(state_dir)
+    run_id = run_to_fix(Caller(store), toy_repo)
+    (toy_repo / "allowed" / "twice.txt").write_text("ok\nok\n")
+    model = ScriptedModel(run_id, [
+        lambda r: [("edit_file", {"run_id": r, "path": "allowed/twice.txt", "old_string": "ok", "new_string": "x"})],
+        lambda r: "stopping",
+    ])
+    drive(run_id, store=store, client=model.client(), max_turns=3)
+    (result,) = model.requests[1]["messages"][-1]["content"]
+    assert result["is_error"] is True, result
+    answer = json.loads(result["content"])
+    assert answer["status"] == "refused" and answer["message"].startswith("edit NOT made: old_string matches 2 times")
+    assert (toy_repo / "allowed" / "twice.txt").read_text() == "ok\nok\n"

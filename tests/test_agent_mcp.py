@@ -256,3 +256,39 @@ def test_over_stdio_progress_comes_as_notifications_and_reads_never_wait_on_a_he
     acted = [e["data"]["tool"] for e in store.read_events(run_id) if e["type"] == "agent_acted"]
     assert acted == ["advance"] * 3 + ["status"]  # the busy calls said they were not recorded
     assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+
+def test_file_tool_refusals_are_tool_errors_that_say_nothing_changed(agent_env: None, toy_repo: Path,
+                                                                     state_dir: Path) -> None:
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    store = RunStore(state_dir)
+    run_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red"}, store=store).run_id
+    (toy_repo / "allowed" / "twice.txt").write_text("ok\nok\n")
+
+    async def scenario() -> dict[str, Any]:
+        async with Client(build_server(store)) as client:
+            for _ in range(3):
+                await call(client, "advance", run_id=run_id)
+            twice = await client.call_tool("edit_file", {"run_id": run_id, "path": "allowed/twice.txt",
+                                                         "old_string": "ok", "new_string": "fine"})
+            assert twice.is_error, twice
+            others = {"write_file": {"path": "a.txt", "content": "x\n"},
+                      "apply_diff": {"diff": "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-hello\n+bye\n"},
+                      "edit_file": {"path": "allowed/twice.txt", "old_string": "gone", "new_string": "x"}}
+            said = {tool: await client.call_tool(tool, {"run_id": run_id, **args}) for tool, args in others.items()}
+            assert all(result.is_error for result in said.values()), said
+            return {"twice": answer_of(twice), **{tool: answer_of(result) for tool, result in said.items()}}
+
+    answers = anyio.run(scenario)
+    twice = answers["twice"]
+    assert twice["message"].startswith("edit NOT made: old_string matches 2 times"), twice
+    assert "more surrounding context" in twice["message"] and twice["data"]["matches"] == 2, twice
+    assert answers["edit_file"]["message"].startswith("edit NOT made: old_string matches 0 times"), answers
+    assert answers["edit_file"]["data"]["matches"] == 0
+    assert answers["write_file"]["message"].startswith("file NOT written: "), answers
+    assert answers["apply_diff"]["message"].startswith("diff NOT applied: "), answers
+    assert (toy_repo / "allowed" / "twice.txt").read_text() == "ok\nok\n"
+    assert (toy_repo / "a.txt").read_text() == "hello\n"

@@ -213,3 +213,29 @@ def test_cli_import_stays_free_of_torch_mcp_and_anthropic() -> None:
             "{'torch', 'mcp', 'anthropic', 'httpx2'}); print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_acting_call_the_os_or_a_bug_stops_is_still_in_the_trail(agent_env: None, toy_repo: Path, state_dir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.agent import tools
+
+    store = RunStore(state_dir)
+    call = Caller(store)
+    run_id = run_to_fix(call, toy_repo)
+    under_a_file = call("write_file", run_id=run_id, path="allowed/README/x.txt", content="x\n")
+    assert under_a_file.status == "refused" and under_a_file.is_error, under_a_file
+    assert under_a_file.message.startswith("file NOT written: 'allowed/README/x.txt' could not be written: File exists")
+
+    def broken(args: Any, env: Any) -> Any:
+        raise RuntimeError("a bug in a handler")
+
+    monkeypatch.setitem(tools.TOOLS, "note", replace(tools.TOOLS["note"], handler=broken))
+    with pytest.raises(RuntimeError, match="a bug in a handler"):
+        call("note", run_id=run_id, kind="devlog", text="x")
+    acted = [e["data"] for e in agent_events(store, run_id)]
+    assert [a["tool"] for a in acted[-2:]] == ["write_file", "note"], acted
+    assert acted[-2]["outcome"].startswith("refused: file NOT written: ")
+    assert acted[-1]["outcome"] == "error: the call stopped on an internal error (RuntimeError: a bug in a handler)"
+    gone = call("advance", run_id="no-such-run")
+    assert gone.status == "refused" and "not in the trail (there is no such run)" in gone.message, gone.message
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0

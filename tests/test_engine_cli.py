@@ -106,3 +106,28 @@ def test_real_subprocess_cli_prints_one_error_line(state_dir):
     result = cli("status", "no-such-run", state_dir=state_dir)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+
+
+def test_state_dir_and_json_go_before_or_after_the_command(toy_repo, state_dir, invoke):
+    started = invoke("--state-dir", str(state_dir), "--json", "start", "toy", "--target", str(toy_repo))
+    assert started.exit_code == 0, started.output
+    run_id = run_id_of(started)
+    before = invoke("--state-dir", str(state_dir), "--json", "status", run_id)
+    after = invoke("status", run_id, "--state-dir", str(state_dir), "--json")
+    mixed = invoke("--json", "status", run_id, "--state-dir", str(state_dir))
+    assert [r.exit_code for r in (before, after, mixed)] == [0, 0, 0], before.output + after.output
+    assert json.loads(before.output) == json.loads(after.output) == json.loads(mixed.output)
+    listed = invoke(f"--state-dir={state_dir}", "list")
+    assert listed.exit_code == 0 and run_id in listed.output, listed.output
+    same = invoke("--state-dir", str(state_dir), "status", run_id, "--state-dir", str(state_dir))
+    assert same.exit_code == 0, same.output
+
+
+def test_bad_global_options_are_one_line_and_exit_2(state_dir):
+    for args in (["--state-dir"], ["--state-dir", str(state_dir), "status", "x", "--state-dir", "/elsewhere"],
+                 ["--state-dir", str(state_dir)], ["--bogus", "status"]):
+        text, as_json = cli(*args), cli("--json", *args)
+        assert text.returncode == 2 and text.stderr.count("\n") == 1 and not text.stdout, (args, text.stderr)
+        assert as_json.returncode == 2 and "error" in json.loads(as_json.stdout), (args, as_json.stdout)
+    assert "given twice" in cli("--state-dir", "a", "list", "--state-dir", "b").stderr
+    assert not state_dir.exists()

@@ -66,3 +66,49 @@ def test_audit_finds_a_waiver_forged_as_the_agent(tmp_path: Path, toy_repo: Path
     waiver["actor"] = "agent"
     found = check_meaning(events, load_workflow("toy"))
     assert any("only a person may waive" in message for _, message in found), found
+
+
+def _waiting_on_a_finding_and_a_question(store: RunStore, toy_repo: Path) -> str:
+    """The toy run in fix with its finding open, and a question the agent escalated (issue 21)."""
+    from orchestrator.agent.tools import call_tool
+
+    run_id = _waiting_on_a_finding(store, toy_repo)
+    asked = call_tool("escalate", {"run_id": run_id, "question": "May I skip the fix?", "key": "skip"},
+                      store=store, call_id="call-1")
+    assert asked.status == "waiting_for_human", asked.message
+    return run_id
+
+
+def test_a_waiver_beside_an_open_escalation_says_what_was_kept_and_what_still_waits(tmp_path: Path,
+                                                                                  toy_repo: Path) -> None:
+    state_dir = tmp_path / "state"
+    store = RunStore(state_dir)
+    run_id = _waiting_on_a_finding_and_a_question(store, toy_repo)
+    text = cli("resume", run_id, "--waive", "missing_fix", "--reason", "accepted by the reviewer", state_dir=state_dir)
+    assert text.returncode == 3, text.stderr
+    said = text.stdout + text.stderr
+    assert "recorded: waiver of missing_fix (phase fix), reason: accepted by the reviewer" in said, said
+    assert "still waiting for a human: question 'skip'" in said and "May I skip the fix?" in said, said
+    assert f"orchestrator resume {run_id} --answer skip=VALUE" in said, said
+    assert "phase fix has not run again" in said, said
+    assert store.read_state(run_id)["answers"]["waive:fix:missing_fix"] == "accepted by the reviewer"
+
+    answered = cli("resume", run_id, "--answer", "skip=yes", "--json", state_dir=state_dir)
+    payload = json.loads(answered.stdout)
+    assert answered.returncode == 0, answered.stdout + answered.stderr  # the phase re-ran with the waiver: done
+    assert payload["status"] == "done" and payload["still_waiting"] == [], payload
+    assert payload["recorded"] == [{"kind": "answer", "key": "skip", "value": "yes", "for": "agent"}], payload
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+
+def test_a_waiver_beside_an_open_escalation_in_json(tmp_path: Path, toy_repo: Path) -> None:
+    state_dir = tmp_path / "state"
+    run_id = _waiting_on_a_finding_and_a_question(RunStore(state_dir), toy_repo)
+    result = cli("resume", run_id, "--waive", "missing_fix", "--reason", "fine", "--json", state_dir=state_dir)
+    assert result.returncode == 3, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["recorded"] == [{"kind": "waiver", "phase": "fix", "code": "missing_fix", "reason": "fine"}]
+    (waiting,) = payload["still_waiting"]
+    assert waiting == {"key": "skip", "prompt": "May I skip the fix?", "asked_by": "agent", "who": "human",
+                       "answer_with": f"orchestrator resume {run_id} --answer skip=VALUE"}, waiting
+    assert payload["moved"] is False and any("has not run again" in m for m in payload["messages"]), payload

@@ -332,3 +332,51 @@ def test_rank_sees_glue_outside_every_region_and_the_stop_rule_says_what_it_saw(
     assert "30.000 ms of 60.000 ms" in caveat and "an estimate" in caveat and "indicative" in caveat
     covered, _ = unregioned_row(eager, [{"measured_ms": 70.0}])
     assert covered < 0 and "none outside is seen" in stop_caveat(1024, covered, glue, cuda=True)
+
+
+def _ranked_op(op, *, measured, ideal, layer=410.0):
+    gap = measured - ideal
+    return {"op": op, "measured_ms": measured, "ideal_ms": ideal, "gap_ms": gap, "share_pct": 100 * measured / layer,
+            "score_ms": gap * measured / layer, "gain_pct": 100 * gap / layer, "kept_because": ""}
+
+
+def _waiting_pick_fix(tmp_path, *, ranked, dropped, stack_regions):
+    """pick_fix's wait on a fake context: the rank phase's record, and one stack entry per region list."""
+    from types import SimpleNamespace
+
+    from phases.local_compile_perf.pick_fix import wait_for_agent
+
+    repo = make_repo(tmp_path / "target", {"README": "no regions here\n"})
+    tip = repo.head.commit.hexsha
+    stop = {"stop": not ranked, "threshold": 0.01, "reason": "next candidate ... at or above 1.0%" if ranked else
+            "no candidate gains >= 1.0% of the 410.000 ms layer"}
+    rank = {"layer_ms": 410.0, "tokens": 1024, "ranked": ranked, "dropped": dropped, "stop": stop}
+    rows = [{"op": r["op"], "region": r["op"].split("#")[0]} for r in ranked]
+    entries = [{"branch": f"stack/{n}", "commit": tip, "regions": regions} for n, regions in enumerate(stack_regions)]
+    state = {"records": {"stack_entry": entries}, "base": {"commit": tip}}
+    ctx = SimpleNamespace(results={"rank": rank, "ideal_times": {"rows": rows}}, run_id="r1",
+                          target=tmp_path / "target", state=state)
+    return wait_for_agent(ctx)
+
+
+def test_pick_fix_counts_what_rank_recorded_and_says_the_stop_rule_now(tmp_path):
+    nothing_above = _waiting_pick_fix(tmp_path / "a", ranked=[], dropped=["rope", "swiglu", "moe_combine"],
+                                      stack_regions=[])
+    assert "rank recorded 3 op(s) at 1024 tokens: 0 above the 1.0% cut, 3 dropped under it" in nothing_above.summary
+    assert "stop rule holds at rank" in nothing_above.summary, nothing_above.summary
+
+    ranked = [_ranked_op("rms_norm#1", measured=20.5, ideal=1.1), _ranked_op("swiglu", measured=8.4, ideal=1.0)]
+    before = _waiting_pick_fix(tmp_path / "b", ranked=ranked, dropped=["rope"], stack_regions=[])
+    assert "2 above the 1.0% cut, 1 dropped" in before.summary and "stop rule open at rank" in before.summary
+    one = _waiting_pick_fix(tmp_path / "c", ranked=ranked, dropped=["rope"], stack_regions=[["rms_norm"]])
+    assert "stop rule open after 1 stack entry: 1 ranked op outside the stack's regions (swiglu)" in one.summary
+    assert one.data["stop_now"]["open_ops"] == ["swiglu"] and one.data["stop_now"]["taken_ops"] == ["rms_norm#1"]
+    assert "next candidate swiglu can gain 7.400 ms" in one.issues[0].message, one.issues[0].message
+    both = _waiting_pick_fix(tmp_path / "d", ranked=ranked, dropped=[], stack_regions=[["rms_norm"], ["swiglu"]])
+    assert "stop rule holds after 2 stack entries: the stack's regions take every ranked op" in both.summary
+    assert both.data["stop_now"]["stop"] is True and both.data["stop"]["stop"] is False  # rank's own record kept
+    from phases.local_compile_perf.stop_state import ranking_line
+
+    flagged = {**_ranked_op("router", measured=1.0, ideal=0.9), "kept_because": "removes a host sync"}
+    line = ranking_line({"ranked": [flagged], "dropped": [], "tokens": 64, "stop": {"threshold": 0.01}})
+    assert "1 above the 1.0% cut (1 of them kept under it: router removes a host sync), 0 dropped" in line

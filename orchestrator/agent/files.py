@@ -29,6 +29,18 @@ class ScopeRefused(UsageError):
     """An agent named a path it may not read or write; nothing was touched."""
 
     code = "scope_refused"
+    details: dict[str, object] = {}
+    """Fields the tool's answer carries in ``data`` beside ``code`` (e.g. ``matches``)."""
+
+
+class EditNotUnique(ScopeRefused):
+    """``edit_file``'s old text matches 0 or several times; the file is unchanged."""
+
+    code = "edit_not_unique"
+
+    def __init__(self, message: str, *, matches: int) -> None:
+        super().__init__(message)
+        self.details = {"matches": matches}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,10 +133,22 @@ def write_text(scope: Scope, path: str, content: str) -> dict[str, object]:
     if resolved.is_dir():
         raise ScopeRefused(f"{relative!r} is a directory; name a file")
     blob = content.encode("utf-8")  # before anything is touched: a bad value writes nothing
-    resolved.parent.mkdir(parents=True, exist_ok=True)
     existed = resolved.exists()
-    resolved.write_bytes(blob)
+    try:
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+        resolved.write_bytes(blob)
+    except OSError as exc:
+        raise _os_refused(scope, relative, exc, doing="written") from None
     return {"path": relative, "created": not existed, "chars": len(content)}
+
+
+def _os_refused(scope: Scope, relative: str, exc: OSError, *, doing: str) -> ScopeRefused:
+    """The OS's refusal (a parent that is a file, no permission, a full disk) as the agent's one line."""
+    try:
+        where = f" at {Path(exc.filename).resolve().relative_to(scope.target.resolve()).as_posix()!r}"
+    except (TypeError, ValueError):  # no file name, or one outside the target: the reason alone
+        where = ""
+    return ScopeRefused(f"{relative!r} could not be {doing}: {exc.strerror or exc}{where}")
 
 
 def replace_once(scope: Scope, path: str, old: str, new: str) -> dict[str, object]:
@@ -145,13 +169,20 @@ def replace_once(scope: Scope, path: str, old: str, new: str) -> dict[str, objec
         text = resolved.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         raise ScopeRefused(f"{relative!r} is not UTF-8 text; edit_file changes text files only") from None
+    except OSError as exc:
+        raise _os_refused(scope, relative, exc, doing="read") from None
     count = text.count(old)
     if count != 1:
         hint = ("copy it from read_file exactly, whitespace and indentation included" if count == 0 else
-                "add the lines around it to old_string so that it matches once")
-        raise ScopeRefused(f"old_string matches {count} times in {relative!r} (it must match exactly once); {hint}")
+                "give more surrounding context: add the lines before or after it to old_string so that it "
+                "matches once")
+        raise EditNotUnique(f"old_string matches {count} times in {relative!r} (it must match exactly once), so "
+                            f"the file is unchanged; {hint}", matches=count)
     at = text.index(old)
-    resolved.write_bytes((text[:at] + new + text[at + len(old):]).encode("utf-8"))
+    try:
+        resolved.write_bytes((text[:at] + new + text[at + len(old):]).encode("utf-8"))
+    except OSError as exc:
+        raise _os_refused(scope, relative, exc, doing="written") from None
     return {"path": relative, "line": text.count("\n", 0, at) + 1, "removed_chars": len(old),
             "added_chars": len(new)}
 

@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from orchestrator.agent import files
 from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ToolResult,
     ToolArgs,
@@ -46,9 +45,10 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     ApplyDiffArgs,
     Status,
 )
-from orchestrator.agent.views import live_state, next_steps, outcome_so_far, phase_spec, scope_for, shrink
+from orchestrator.agent.file_tools import NOT_DONE, apply_diff, commit_branch, edit_file, read_file, write_file
+from orchestrator.agent.views import live_state, next_steps, outcome_so_far, phase_spec, shrink
 from orchestrator.agent.views import state_result, submission_schemas, what_a_person_can_do, why_waiting
-from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, UsageError
+from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, RunNotFound, UsageError
 
 log = logging.getLogger("orchestrator.agent")
 MAX_RECORDED_CHARS = 2000
@@ -94,6 +94,9 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
               progress: Callable[[str], None] = lambda _m: None) -> ToolResult:
     """Validate, run and record one tool call; never raises for a refused or failed call.
 
+    An exception outside the error family (a bug) is recorded as the call's outcome where the
+    call names a run, and then re-raised with its traceback.
+
     The call is recorded on the run named by ``run_id`` (for start_run: the new run); calls
     that name no existing run (list_runs, a bad id) have no trail to go to.
     """
@@ -101,7 +104,13 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
     run_id = arguments.get("run_id") if isinstance(arguments.get("run_id"), str) else None
     if name in ACTING and run_id:
         return _act_recorded(name, arguments, run_id=run_id, env=env)
-    result = _dispatch(name, arguments, env=env)
+    try:
+        result = _dispatch(name, arguments, env=env)
+    except Exception as exc:  # a bug: recorded where the call named a run, then re-raised with its traceback
+        if run_id:
+            record_action(store, run_id, tool=name, call_id=call_id, arguments=arguments, outcome=_bug(exc),
+                          wait_s=READ_RECORD_WAIT_S)
+        raise
     if name == "start_run":
         run_id = result.data.get("run_id")
     if run_id and not record_action(store, run_id, tool=name, call_id=call_id, arguments=arguments,
@@ -115,21 +124,48 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
 def _act_recorded(name: str, arguments: dict[str, Any], *, run_id: str, env: ToolEnv) -> ToolResult:
     """Hold the run's lock across the action and its record: recorded, or refused as busy before acting."""
     from orchestrator.trail import events as ev
-    from orchestrator.errors import RunNotFound
 
     try:
         with env.store.open_run(run_id, wait_s=BUSY_WAIT_S) as run:
-            result = _dispatch(name, arguments, env=env)
-            run.append(ev.AgentActed(tool=name, call_id=env.call_id, arguments=_recordable(arguments),
-                                     outcome=result.outcome()[:1000]), actor="agent", phase=run.state["phase"] or None)
+            def acted(outcome: str) -> None:
+                run.append(ev.AgentActed(tool=name, call_id=env.call_id, arguments=_recordable(arguments),
+                                         outcome=outcome[:1000]), actor="agent", phase=run.state["phase"] or None)
+
+            try:
+                result = _dispatch(name, arguments, env=env)
+            except Exception as exc:  # a bug: recorded under the same lock, then re-raised with its traceback
+                acted(_bug(exc))
+                raise
+            acted(result.outcome())
             return result
     except (RunBusy, RunNotFound) as exc:
-        return ToolResult(status="refused", message=f"{exc.message}; nothing was done", data={"code": exc.code})
+        why = "another process holds the run" if isinstance(exc, RunBusy) else "there is no such run"
+        return said_not_done(name, ToolResult(status="refused", data={"code": exc.code}, message=(
+            f"{exc.message}; nothing was done and this call is not in the trail ({why})")))
     except OrchestratorError as exc:  # a trail the engine will not act on
-        return ToolResult(status="error", message=exc.message, data={"code": exc.code})
+        return ToolResult(status="error", data={"code": exc.code}, message=(
+            f"{exc.message}; nothing was done and this call is not in the trail (the engine writes to no trail "
+            "it cannot verify)"))
+
+
+def _bug(exc: Exception) -> str:
+    """The AgentActed outcome of a call that an exception outside the error family stopped."""
+    return f"error: the call stopped on an internal error ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
 
 
 def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResult:
+    return said_not_done(name, _handle(name, arguments, env=env))
+
+
+def said_not_done(name: str, result: ToolResult) -> ToolResult:
+    """A refused or failed write to the target leads with what did not happen ("edit NOT made: ...")."""
+    lead = NOT_DONE.get(name)
+    if lead and result.is_error and not result.message.startswith(lead):
+        return result.model_copy(update={"message": f"{lead}: {result.message}"})
+    return result
+
+
+def _handle(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResult:
     spec = TOOLS.get(name)
     if spec is None:
         return ToolResult(status="error", message=f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
@@ -141,7 +177,8 @@ def _dispatch(name: str, arguments: dict[str, Any], *, env: ToolEnv) -> ToolResu
         return ToolResult(status="refused", message=f"bad arguments for {name}: a value is not valid UTF-8 text")
     except OrchestratorError as exc:
         status: Status = "refused" if isinstance(exc, UsageError) and not isinstance(exc, RunBusy) else "error"
-        return ToolResult(status=status, message=exc.message, data={"code": exc.code})
+        return ToolResult(status=status, message=exc.message,
+                          data={"code": exc.code, **getattr(exc, "details", {})})
 
 
 def record_action(store: Any, run_id: str, *, tool: str, call_id: str, arguments: dict[str, Any],
@@ -319,44 +356,6 @@ def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
         result = state_result(run.state, lead=lead)
         return result.model_copy(update={"data": {**result.data, "engine_acts_on_answer": False,
                                                    "a_person_can": options}})
-
-
-def read_file(args: ReadFileArgs, env: ToolEnv) -> ToolResult:
-    scope = scope_for(env.store.read_state(args.run_id))
-    data = files.read_text(scope, args.path, offset=args.offset, max_chars=args.max_chars)
-    text = data.pop("text", None)
-    return ToolResult(status="ok", message=f"{data['kind']} {data['path']}", data=data, text=text)
-
-
-def write_file(args: WriteFileArgs, env: ToolEnv) -> ToolResult:
-    data = files.write_text(scope_for(live_state(env.store, args.run_id)), args.path, args.content)
-    return ToolResult(status="ok", message=f"wrote {data['path']}; call advance when the fix is complete", data=data)
-
-
-def edit_file(args: EditFileArgs, env: ToolEnv) -> ToolResult:
-    scope = scope_for(live_state(env.store, args.run_id))
-    data = files.replace_once(scope, args.path, args.old_string, args.new_string)
-    return ToolResult(status="ok", message=f"edited {data['path']} at line {data['line']}", data=data)
-
-
-def commit_branch(args: CommitBranchArgs, env: ToolEnv) -> ToolResult:
-    from orchestrator.agent.commit import branch_kinds, commit_edits
-    from orchestrator.workflow import load_workflow
-
-    state = live_state(env.store, args.run_id)
-    kinds = branch_kinds(load_workflow(state["workflow"]), state["phase"])
-    if not kinds:
-        return ToolResult(status="refused", message=f"phase {state['phase']} takes no branch; leave your edits in the "
-                          "checkout and call advance (the engine checks them, a person decides any commit)")
-    data = commit_edits(scope_for(state), branch=args.branch, message=args.message)
-    return ToolResult(status="ok", data=data, message=(
-        f"committed {len(data['files'])} file(s) to new branch {args.branch} ({data['commit'][:10]}); the checkout "
-        f"is back at HEAD; next: submit kind={kinds[0]!r} with args {{\"branch\": \"{args.branch}\", ...}}"))
-
-
-def apply_diff(args: ApplyDiffArgs, env: ToolEnv) -> ToolResult:
-    data = files.apply_unified_diff(scope_for(live_state(env.store, args.run_id)), args.diff)
-    return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; call advance when done", data=data)
 
 
 _SPECS = [

@@ -18,6 +18,7 @@ from phases.local_compile_perf.region_offer import not_enabled
 from phases.local_compile_perf.stack import (
     CandidateRefused, prepare_candidate, stack_entries, stack_tip, worktree_root,
 )
+from phases.local_compile_perf.stop_state import ranking_line, stop_line, stop_rule_now
 
 LADDER = ("enable an existing region", "resize a region", "rewrite the function so it lowers well (patterns.md)",
           "add a region-scoped option", "autograd.Function with a hand-written backward")
@@ -39,8 +40,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
 def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     rank = ctx.results["rank"]
     run_id = ctx.run_id
-    stop = "holds" if rank["stop"]["stop"] else "open"
-    summary = (f"pick a fix: {len(rank['ranked'])} ranked op(s), stop rule {stop}; "
+    now = stop_rule_now(rank, ideal_rows=ctx.results.get("ideal_times", {}).get("rows", []),
+                        entries=stack_entries(ctx.state))
+    summary = (f"pick a fix: {ranking_line(rank)}; {stop_line(now)}; "
                f"make a branch with the commit_branch tool and submit it (tool submit, kind candidate; "
                f"CLI `orchestrator candidate {run_id} --branch B --label TEXT`)")
     message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms"
@@ -48,13 +50,13 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     idle = not_enabled(ctx.target, stack_tip(ctx.state))
     issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
                   message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
-                          f"{message or 'none above the threshold'}; stop rule: {rank['stop']['reason']}; "
+                          f"{message or 'none above the threshold'}; stop rule: {now.reason}; "
                           f"a candidate enables only the regions it names (--regions a,b or none); declared and "
                           f"not enabled on the stack: {', '.join(f'{r} ({p})' for r, p in idle.items()) or 'none'}")
     question = Question(key="candidates", prompt="Is the stack complete? Answer done to write the stack and "
                         "findings; otherwise submit another candidate branch.", choices=("done",), human_only=False)
-    data = {"ranked": rank["ranked"], "stop": rank["stop"], "stack": stack_entries(ctx.state),
-            "verdicts": verdicts(ctx.state), "regions_not_enabled": idle}
+    data = {"ranked": rank["ranked"], "stop": rank["stop"], "stop_now": now.as_data(),
+            "stack": stack_entries(ctx.state), "verdicts": verdicts(ctx.state), "regions_not_enabled": idle}
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
 
 

@@ -1,0 +1,59 @@
+"""The agent's file tools: read, write, edit and diff inside the run's target, and commit_branch.
+
+Each handler takes its argument model and the call's ``ToolEnv`` and returns a ``ToolResult``;
+``tools.TOOLS`` lists them beside the run tools, and ``tools.call_tool`` records every call. The
+scope checks live in ``files`` (paths) and ``commit`` (branches); a refusal raises there and the
+dispatcher turns it into a refused result that leads with ``NOT_DONE``'s words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.agent import files
+from orchestrator.agent.tool_args import (
+    ApplyDiffArgs, CommitBranchArgs, EditFileArgs, ReadFileArgs, ToolResult, WriteFileArgs,
+)
+from orchestrator.agent.views import live_state, scope_for
+
+NOT_DONE = {"write_file": "file NOT written", "edit_file": "edit NOT made", "apply_diff": "diff NOT applied",
+            "commit_branch": "NOT committed"}
+"""How a refusal of a tool that writes the target starts, so that it never reads like a result."""
+
+
+def read_file(args: ReadFileArgs, env: Any) -> ToolResult:
+    scope = scope_for(env.store.read_state(args.run_id))
+    data = files.read_text(scope, args.path, offset=args.offset, max_chars=args.max_chars)
+    text = data.pop("text", None)
+    return ToolResult(status="ok", message=f"{data['kind']} {data['path']}", data=data, text=text)
+
+
+def write_file(args: WriteFileArgs, env: Any) -> ToolResult:
+    data = files.write_text(scope_for(live_state(env.store, args.run_id)), args.path, args.content)
+    return ToolResult(status="ok", message=f"wrote {data['path']}; call advance when the fix is complete", data=data)
+
+
+def edit_file(args: EditFileArgs, env: Any) -> ToolResult:
+    scope = scope_for(live_state(env.store, args.run_id))
+    data = files.replace_once(scope, args.path, args.old_string, args.new_string)
+    return ToolResult(status="ok", message=f"edited {data['path']} at line {data['line']}", data=data)
+
+
+def commit_branch(args: CommitBranchArgs, env: Any) -> ToolResult:
+    from orchestrator.agent.commit import branch_kinds, commit_edits
+    from orchestrator.workflow import load_workflow
+
+    state = live_state(env.store, args.run_id)
+    kinds = branch_kinds(load_workflow(state["workflow"]), state["phase"])
+    if not kinds:
+        return ToolResult(status="refused", message=f"phase {state['phase']} takes no branch; leave your edits in the "
+                          "checkout and call advance (the engine checks them, a person decides any commit)")
+    data = commit_edits(scope_for(state), branch=args.branch, message=args.message)
+    return ToolResult(status="ok", data=data, message=(
+        f"committed {len(data['files'])} file(s) to new branch {args.branch} ({data['commit'][:10]}); the checkout "
+        f"is back at HEAD; next: submit kind={kinds[0]!r} with args {{\"branch\": \"{args.branch}\", ...}}"))
+
+
+def apply_diff(args: ApplyDiffArgs, env: Any) -> ToolResult:
+    data = files.apply_unified_diff(scope_for(live_state(env.store, args.run_id)), args.diff)
+    return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; call advance when done", data=data)
