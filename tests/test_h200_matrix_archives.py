@@ -18,9 +18,9 @@ import pytest
 from tests.conftest import ROOT
 
 EVIDENCE = ROOT / "bench/results/2026-12-02-h200-matrix"
-UPSTREAM_TIERS = {"Qwen/Qwen3-30B-A3B": "PASS", "mistralai/Mixtral-8x7B-v0.1": "WARN", "deepseek-ai/DeepSeek-V3": "WARN",
-                  "allenai/OLMoE-1B-7B-0924": "PASS", "deepseek-ai/DeepSeek-V2-Lite": "PASS", "type:glm4_moe": "WARN",
-                  "type:glm_moe_dsa": "WARN"}
+UPSTREAM_TIERS = {"Qwen/Qwen3-30B-A3B": "PASS", "mistralai/Mixtral-8x7B-v0.1": "WARN",
+                  "deepseek-ai/DeepSeek-V3": "WARN", "allenai/OLMoE-1B-7B-0924": "PASS",
+                  "deepseek-ai/DeepSeek-V2-Lite": "PASS", "type:glm4_moe": "WARN", "type:glm_moe_dsa": "WARN"}
 
 
 @pytest.fixture(scope="module")
