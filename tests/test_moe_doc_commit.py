@@ -10,6 +10,8 @@ import pytest
 
 from orchestrator.context import render_template
 from phases.add_moe_model import commit, compat_doc
+from phases.add_moe_model.measured_tree import snapshot_experiment
+from phases.add_moe_model.workflow import WORKFLOW
 from phases.add_moe_model.workspace import EXP
 from tests.conftest import make_repo
 
@@ -33,8 +35,16 @@ class Ctx:
                                                   "root_cause": ""}],
                                         "build_check": [{"world_size": 2, "status": "PASS"}]},
                         "preflight": {"branch": "main"}}
+        self.results["numerics"]["measured_tree"] = snapshot_experiment(target, self.base["commit"])
         self.artifacts: dict[str, str] = {}
         self.records: list[tuple[str, dict]] = []
+
+    @property
+    def state(self) -> dict[str, Any]:
+        records: dict[str, list[dict]] = {}
+        for kind, record in self.records:
+            records.setdefault(kind, []).append(record)
+        return {"records": records}
 
     def render(self, template: str, **values: Any) -> str:
         return render_template("add_moe_model", template, **values)
@@ -116,3 +126,40 @@ def test_commit_refuses_a_detached_head_and_a_missing_pre_commit(target, monkeyp
     ctx = Ctx(target, answers={"commit": "auto"})
     result = commit.run(ctx)
     assert result.outcome == "failed" and result.issues[0].code == "pre_commit_missing"
+
+
+def test_an_edit_after_numerics_goes_back_to_numerics_instead_of_into_the_commit(target):
+    (target / EXP / "model.py").write_text("x = 2\n")
+    ctx = Ctx(target, answers={"commit": "auto"})  # what numerics measured
+    (target / EXP / "model.py").write_text("x = 3\n")  # the agent's edit after numerics passed
+    (target / EXP / "hf_sharding.py").write_text("z = 1\n")
+    head = git.Repo(target).head.commit.hexsha
+    result = commit.run(ctx)
+    assert (result.outcome, result.route) == ("passed", "remeasure"), result.summary
+    assert WORKFLOW.edges(WORKFLOW.phase("commit"))["remeasure"] == "numerics"
+    assert f"{EXP}model.py (changed)" in result.summary and f"{EXP}hf_sharding.py (changed)" in result.summary
+    assert "goes back to numerics" in result.summary and "Not committed" in result.summary
+    assert git.Repo(target).head.commit.hexsha == head
+    ctx.results["numerics"]["measured_tree"] = snapshot_experiment(target, ctx.base["commit"])  # numerics again
+    assert commit.run(ctx).data["committed"] is True
+
+
+def test_the_doc_is_not_written_for_a_folder_numerics_did_not_measure(target):
+    (target / EXP / "model.py").write_text("x = 2\n")
+    ctx = Ctx(target, answers={"commit": "auto"})
+    (target / EXP / "model.py").unlink()
+    result = compat_doc.run(ctx)
+    assert (result.outcome, result.route) == ("passed", "remeasure"), result.summary
+    assert WORKFLOW.edges(WORKFLOW.phase("compat_doc"))["remeasure"] == "numerics"
+    assert f"{EXP}model.py (deleted)" in result.summary and "Not documented" in result.summary
+    assert not (target / compat_doc.DOC).exists()
+
+
+def test_a_folder_that_still_differs_after_five_trips_back_stops_the_run(target):
+    ctx = Ctx(target, answers={"commit": "auto"})
+    for n in range(6):
+        (target / EXP / "log.txt").write_text(f"written between numerics and the commit {n}\n")
+        result = commit.run(ctx)
+        ctx.results["numerics"]["measured_tree"] = snapshot_experiment(target, ctx.base["commit"])
+    assert result.outcome == "failed" and result.issues[0].code == "experiment_folder_keeps_changing"
+    assert f"{EXP}log.txt (changed)" in result.issues[0].message

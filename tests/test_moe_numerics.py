@@ -22,7 +22,7 @@ from orchestrator.phase_api import PhaseResult
 from orchestrator.templates_dir import templates_dir
 from phases.add_moe_model import numerics as phase
 from phases.add_moe_model.work.numerics import CompareResult, RoundTrip, classify_kl
-from tests.conftest import call_worker
+from tests.conftest import call_worker, make_repo
 
 REPO = Path(__file__).resolve().parents[1]
 COMMON = dict(num_hidden_layers=1, vocab_size=256, max_position_embeddings=64, attn_implementation="sdpa",
@@ -138,7 +138,9 @@ class _Ctx:
         self.artifacts: dict[str, str] = {}
         self.measurements: list[dict] = []
         self.artifacts_dir = tmp
-        self.target = tmp  # no numerical_equivalence.py there, as in torchtitan 0.3.0
+        # a repository without numerical_equivalence.py, as torchtitan 0.3.0 ships none
+        self.target = tmp / "target"
+        self.base = {"commit": make_repo(self.target, {"README": "target\n"}).head.commit.hexsha}
         self.records: list[tuple[str, dict]] = []
 
     def progress(self, message: str) -> None:
@@ -186,6 +188,7 @@ def test_phase_on_qwen3_warns_with_artifacts_and_measurements(qwen3_phase: tuple
     assert firm["other_kernel"] == "eager" and math.isfinite(firm["kl_other_kernel"]), firm
     assert "eager experts KL=" in ctx.artifacts["numerics.txt"]
     assert verdict["load"] == {"missing": [], "unexpected": [], "ours": []}
+    assert result.data["measured_tree"] == {}, "numerics records what it measured: here the base's folder"
     assert verdict["roundtrip"]["status"] == "PASS" and verdict["roundtrip"]["max_diff"] == 0.0
     assert 0.0 < verdict["max_diff"] < 0.05
     saved = json.loads(ctx.artifacts["numerics.json"])

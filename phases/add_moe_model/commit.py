@@ -5,6 +5,8 @@
 file; then, if pre-flight said "auto", one commit on the chosen branch with the skill's
 message, whose numbers come from the recorded events. With "never" the tree is left
 uncommitted for review. The commit hash and its file list are recorded (audit checks them).
+A folder that differs from what numerics measured is never committed: the run goes back to
+numerics first (``measured_tree``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.add_moe_model.measured_tree import check_measured
 from phases.add_moe_model.records import Numerics, Probe, Synthetic
 from phases.add_moe_model.workspace import EXP
 
@@ -28,6 +31,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return PhaseResult(outcome="failed", summary=f"refusing to commit: {len(outside)} path(s) outside {EXP}",
                            issues=(Issue(code="commit_outside_scope", message=", ".join(outside),
                                          fix_location="revert the core files (git checkout BASE -- PATH)"),))
+    stale = check_measured(ctx, phase="commit")
+    if stale is not None:
+        return stale
     lint = run_pre_commit(ctx, files)
     if lint["status"] == "MISSING":
         return PhaseResult(outcome="failed", summary=lint["reason"], data={"lint": lint},

@@ -4,7 +4,8 @@ The summary row, the architecture section, the parallelism row and (when the pro
 something only core can fix) a core-changes entry are rendered from templates with values
 taken from the trail (probe report, numerics verdict, parallelism results). Re-running
 replaces the model's rows and section instead of adding them again; a missing file is
-created with the same four sections.
+created with the same four sections. A folder that differs from what numerics measured is not
+documented: the run goes back to numerics first (``measured_tree``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.add_moe_model import markdown_doc as md
-from phases.add_moe_model.workspace import EXP
-
-DOC = EXP + "MODEL_COMPATIBILITY.md"
+from phases.add_moe_model.measured_tree import DOC, check_measured
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
+    stale = check_measured(ctx, phase="compat_doc")
+    if stale is not None:
+        return stale
     values = collect_values(ctx.results, model_id=ctx.options["model_id"])
     path = ctx.target / DOC
     text = path.read_text() if path.is_file() else ctx.render("compat_doc_skeleton.md.j2")

@@ -32,6 +32,7 @@ from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import pretrained, tree_scripts
 from phases.add_moe_model.load_findings import check_load
+from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.work.numerics import CompareRequest
 
@@ -76,6 +77,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     shortfall = memory_shortfall(entry) if ctx.options.get("device", "auto") != "cuda" else None
     if shortfall:
         return PhaseResult(outcome="failed", summary=shortfall, data={"code": "insufficient_memory"})
+    measured = snapshot_experiment(ctx.target, ctx.base["commit"])
     request = build_request(entry, options=ctx.options)
     ctx.progress(f"{request['model_type']} in {', '.join(request['dtypes'])}")
     answer = call_compare(ctx, request)
@@ -84,7 +86,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.write_artifact("numerics.txt", ctx.render("numerics_table.txt.j2", table=build_table(results)))
     for result in results:
         record_metrics(ctx, result)
-    return pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results, probe=ctx.results.get("probe"))))
+    result = pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results, probe=ctx.results.get("probe"))))
+    return with_snapshot(result, measured)
 
 
 def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
