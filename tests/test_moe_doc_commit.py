@@ -163,3 +163,39 @@ def test_a_folder_that_still_differs_after_five_trips_back_stops_the_run(target)
         ctx.results["numerics"]["measured_tree"] = snapshot_experiment(target, ctx.base["commit"])
     assert result.outcome == "failed" and result.issues[0].code == "experiment_folder_keeps_changing"
     assert f"{EXP}log.txt (changed)" in result.issues[0].message
+
+
+TORCH_CAUSE = ("torch 2.13.0+cpu: fully_shard cannot shard torchtitan's spmd_types plain parameters at world size > 1 "
+               "(probe on a 2-rank fake mesh: ValueError: When dp_mesh_dims is provided, all parameters must be "
+               "DTensors on the full SPMD mesh)")
+CPU_ROWS = [  # what a machine without GPUs records (torch 2.13): README's "parallelism rows 3 FAIL, 1 UNRUN"
+    {"config": "FSDP-1gpu", "world_size": 1, "status": "UNRUN", "error": "needs 1 GPU(s), this machine has 0",
+     "root_cause": ""},
+    *({"config": config, "world_size": ws, "status": "FAIL", "root_cause": TORCH_CAUSE, "fixable": False,
+       "error": f"not run here (needs {ws} GPU(s), this machine has 0); the FSDP probe fails: ValueError: ..."}
+      for config, ws in (("FSDP", 2), ("FSDP+EP", 2), ("FSDP+TP+EP", 4))),
+]
+
+
+def test_a_done_run_with_failed_rows_says_so_in_its_summary_commit_message_doc_and_status(target):
+    from orchestrator.render import status_text
+
+    (target / EXP / "model.py").write_text("x = 2\n")
+    ctx = Ctx(target, answers={"commit": "auto", "unrun_rows": "accept"})
+    ctx.results["parallelism"]["rows"] = CPU_ROWS
+    assert compat_doc.run(ctx).outcome == "passed"
+    doc = (target / compat_doc.DOC).read_text()
+    section = doc[doc.index("### Qwen3-30B-A3B (qwen3_moe)"):doc.index("## Parallelism Support")]
+    assert "FSDP+TP+EP FAIL (4 GPUs" in section and TORCH_CAUSE in section, section
+    assert "Not a clean pass: numerics WARN; parallelism rows 3 FAIL, 1 UNRUN" in section, section
+    result = commit.run(ctx)
+    summary = "; numerics WARN; parallelism rows 3 FAIL, 1 UNRUN (see the report)"
+    assert result.summary.endswith(summary), result.summary
+    message = git.Repo(target).head.commit.message
+    assert message.startswith("Add Qwen3-30B-A3B to transformers MoE backend"), message
+    assert "Not a clean pass:\n- numerics WARN" in message, message
+    assert "- torchrun FSDP-1gpu (1 GPU): UNRUN: needs 1 GPU(s), this machine has 0" in message, message
+    assert f"- torchrun FSDP (2 GPUs), FSDP+EP (2 GPUs), FSDP+TP+EP (4 GPUs): FAIL: {TORCH_CAUSE}" in message
+    state = {"run_id": "r", "workflow": "add-moe-model", "target": str(target), "phase": "done", "status": "done",
+             "summary": result.summary}
+    assert summary in status_text(state)

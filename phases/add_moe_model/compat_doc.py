@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.add_moe_model import markdown_doc as md
+from phases.add_moe_model.caveats import caveats, row_lines
 from phases.add_moe_model.measured_tree import DOC, check_measured
 
 
@@ -43,6 +44,8 @@ def collect_values(results: dict[str, Any], *, model_id: str) -> dict[str, Any]:
         "cos_sim": verdict["cos_sim"], "roundtrip": verdict["roundtrip"]["status"],
         "fsdp": " / ".join(row_verdict(rows.get(c)) for c in ("FSDP-1gpu", "FSDP")),
         "fsdp_ep": row_verdict(rows.get("FSDP+EP")),
+        "torchrun": ", ".join(f"{config} {row_verdict(row)}" for config, row in rows.items()) or "not run",
+        "caveats": caveats(results), "row_causes": row_lines(results),
         "build_check": "/".join(f"{r['world_size']}:{r['status']}" for r in build) or "not run",
         "pretrained": results["numerics"].get("pretrained"),
         "probe": probe, "core_issues": core, "gap_rows": results.get("gap_analysis", {}).get("rows", []),
