@@ -10,6 +10,8 @@ import pytest
 
 from orchestrator.context import render_template
 from phases.add_moe_model import commit, compat_doc
+from phases.add_moe_model.measured_tree import snapshot_experiment
+from phases.add_moe_model.workflow import WORKFLOW
 from phases.add_moe_model.workspace import EXP
 from tests.conftest import make_repo
 
@@ -33,8 +35,16 @@ class Ctx:
                                                   "root_cause": ""}],
                                         "build_check": [{"world_size": 2, "status": "PASS"}]},
                         "preflight": {"branch": "main"}}
+        self.results["numerics"]["measured_tree"] = snapshot_experiment(target, self.base["commit"])
         self.artifacts: dict[str, str] = {}
         self.records: list[tuple[str, dict]] = []
+
+    @property
+    def state(self) -> dict[str, Any]:
+        records: dict[str, list[dict]] = {}
+        for kind, record in self.records:
+            records.setdefault(kind, []).append(record)
+        return {"records": records}
 
     def render(self, template: str, **values: Any) -> str:
         return render_template("add_moe_model", template, **values)
@@ -116,3 +126,76 @@ def test_commit_refuses_a_detached_head_and_a_missing_pre_commit(target, monkeyp
     ctx = Ctx(target, answers={"commit": "auto"})
     result = commit.run(ctx)
     assert result.outcome == "failed" and result.issues[0].code == "pre_commit_missing"
+
+
+def test_an_edit_after_numerics_goes_back_to_numerics_instead_of_into_the_commit(target):
+    (target / EXP / "model.py").write_text("x = 2\n")
+    ctx = Ctx(target, answers={"commit": "auto"})  # what numerics measured
+    (target / EXP / "model.py").write_text("x = 3\n")  # the agent's edit after numerics passed
+    (target / EXP / "hf_sharding.py").write_text("z = 1\n")
+    head = git.Repo(target).head.commit.hexsha
+    result = commit.run(ctx)
+    assert (result.outcome, result.route) == ("passed", "remeasure"), result.summary
+    assert WORKFLOW.edges(WORKFLOW.phase("commit"))["remeasure"] == "numerics"
+    assert f"{EXP}model.py (changed)" in result.summary and f"{EXP}hf_sharding.py (changed)" in result.summary
+    assert "goes back to numerics" in result.summary and "Not committed" in result.summary
+    assert git.Repo(target).head.commit.hexsha == head
+    ctx.results["numerics"]["measured_tree"] = snapshot_experiment(target, ctx.base["commit"])  # numerics again
+    assert commit.run(ctx).data["committed"] is True
+
+
+def test_the_doc_is_not_written_for_a_folder_numerics_did_not_measure(target):
+    (target / EXP / "model.py").write_text("x = 2\n")
+    ctx = Ctx(target, answers={"commit": "auto"})
+    (target / EXP / "model.py").unlink()
+    result = compat_doc.run(ctx)
+    assert (result.outcome, result.route) == ("passed", "remeasure"), result.summary
+    assert WORKFLOW.edges(WORKFLOW.phase("compat_doc"))["remeasure"] == "numerics"
+    assert f"{EXP}model.py (deleted)" in result.summary and "Not documented" in result.summary
+    assert not (target / compat_doc.DOC).exists()
+
+
+def test_a_folder_that_still_differs_after_five_trips_back_stops_the_run(target):
+    ctx = Ctx(target, answers={"commit": "auto"})
+    for n in range(6):
+        (target / EXP / "log.txt").write_text(f"written between numerics and the commit {n}\n")
+        result = commit.run(ctx)
+        ctx.results["numerics"]["measured_tree"] = snapshot_experiment(target, ctx.base["commit"])
+    assert result.outcome == "failed" and result.issues[0].code == "experiment_folder_keeps_changing"
+    assert f"{EXP}log.txt (changed)" in result.issues[0].message
+
+
+TORCH_CAUSE = ("torch 2.13.0+cpu: fully_shard cannot shard torchtitan's spmd_types plain parameters at world size > 1 "
+               "(probe on a 2-rank fake mesh: ValueError: When dp_mesh_dims is provided, all parameters must be "
+               "DTensors on the full SPMD mesh)")
+CPU_ROWS = [  # what a machine without GPUs records (torch 2.13): README's "parallelism rows 3 FAIL, 1 UNRUN"
+    {"config": "FSDP-1gpu", "world_size": 1, "status": "UNRUN", "error": "needs 1 GPU(s), this machine has 0",
+     "root_cause": ""},
+    *({"config": config, "world_size": ws, "status": "FAIL", "root_cause": TORCH_CAUSE, "fixable": False,
+       "error": f"not run here (needs {ws} GPU(s), this machine has 0); the FSDP probe fails: ValueError: ..."}
+      for config, ws in (("FSDP", 2), ("FSDP+EP", 2), ("FSDP+TP+EP", 4))),
+]
+
+
+def test_a_done_run_with_failed_rows_says_so_in_its_summary_commit_message_doc_and_status(target):
+    from orchestrator.render import status_text
+
+    (target / EXP / "model.py").write_text("x = 2\n")
+    ctx = Ctx(target, answers={"commit": "auto", "unrun_rows": "accept"})
+    ctx.results["parallelism"]["rows"] = CPU_ROWS
+    assert compat_doc.run(ctx).outcome == "passed"
+    doc = (target / compat_doc.DOC).read_text()
+    section = doc[doc.index("### Qwen3-30B-A3B (qwen3_moe)"):doc.index("## Parallelism Support")]
+    assert "FSDP+TP+EP FAIL (4 GPUs" in section and TORCH_CAUSE in section, section
+    assert "Not a clean pass: numerics WARN; parallelism rows 3 FAIL, 1 UNRUN" in section, section
+    result = commit.run(ctx)
+    summary = "; numerics WARN; parallelism rows 3 FAIL, 1 UNRUN (see the report)"
+    assert result.summary.endswith(summary), result.summary
+    message = git.Repo(target).head.commit.message
+    assert message.startswith("Add Qwen3-30B-A3B to transformers MoE backend"), message
+    assert "Not a clean pass:\n- numerics WARN" in message, message
+    assert "- torchrun FSDP-1gpu (1 GPU): UNRUN: needs 1 GPU(s), this machine has 0" in message, message
+    assert f"- torchrun FSDP (2 GPUs), FSDP+EP (2 GPUs), FSDP+TP+EP (4 GPUs): FAIL: {TORCH_CAUSE}" in message
+    state = {"run_id": "r", "workflow": "add-moe-model", "target": str(target), "phase": "done", "status": "done",
+             "summary": result.summary}
+    assert summary in status_text(state)

@@ -115,6 +115,9 @@ def test_doc_update_on_main_replaces_the_models_row_and_section_and_keeps_the_ot
     values = {"name": "GLM-5-DSA", "model_type": "glm_moe_dsa", "status": "WARN", "kl": 2e-4, "max_diff": 0.1,
               "cos_sim": 0.99999, "roundtrip": "PASS", "fsdp": "UNRUN (1 GPU) / UNRUN (2 GPUs)",
               "fsdp_ep": "UNRUN (2 GPUs)",
+              "torchrun": "FSDP-1gpu UNRUN (1 GPU), FSDP UNRUN (2 GPUs), FSDP+EP UNRUN (2 GPUs)",
+              "caveats": ["numerics WARN", "parallelism rows 3 UNRUN", "waived by a person: raised_in_transformers"],
+              "row_causes": ["torchrun FSDP-1gpu (1 GPU), FSDP (2 GPUs), FSDP+EP (2 GPUs): UNRUN: no GPU here"],
               "build_check": "2:PASS", "core_issues": [], "gap_rows": [],
               "waived": [{"phase": "numerics", "code": "raised_in_transformers", "reason": "HF's own bf16 path"}],
               "probe": {"score_func": "sigmoid", "top_k": 2, "num_experts": 8, "route_norm": True, "hidden_size": 64,
@@ -125,7 +128,8 @@ def test_doc_update_on_main_replaces_the_models_row_and_section_and_keeps_the_ot
         assert after.count(f"| {model_type} |") == 1, model_type
     assert after.count("(glm_moe_dsa)") == 1 and "| GLM-5 (DSA) | glm_moe_dsa | WARN | 2.00e-04 |" in after
     assert "| GLM-5 DSA | PASS | PASS |" in after and "GLM-5-DSA" not in after
-    assert "torchrun FSDP UNRUN (1 GPU) / UNRUN (2 GPUs)" in after
+    assert "torchrun FSDP-1gpu UNRUN (1 GPU), FSDP UNRUN (2 GPUs)" in after
+    assert "- Not a clean pass: numerics WARN; parallelism rows 3 UNRUN; waived by a person" in after
     assert 'numerics raised_in_transformers ("HF\'s own bf16 path")' in after
     untouched = [line for line in before.splitlines() if "glm_moe_dsa" not in line and "GLM-5" not in line]
     assert all(line in after.splitlines() for line in untouched if line.startswith("| "))

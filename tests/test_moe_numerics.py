@@ -22,7 +22,7 @@ from orchestrator.phase_api import PhaseResult
 from orchestrator.templates_dir import templates_dir
 from phases.add_moe_model import numerics as phase
 from phases.add_moe_model.work.numerics import CompareResult, RoundTrip, classify_kl
-from tests.conftest import call_worker
+from tests.conftest import call_worker, make_repo
 
 REPO = Path(__file__).resolve().parents[1]
 COMMON = dict(num_hidden_layers=1, vocab_size=256, max_position_embeddings=64, attn_implementation="sdpa",
@@ -138,7 +138,9 @@ class _Ctx:
         self.artifacts: dict[str, str] = {}
         self.measurements: list[dict] = []
         self.artifacts_dir = tmp
-        self.target = tmp  # no numerical_equivalence.py there, as in torchtitan 0.3.0
+        # a repository without numerical_equivalence.py, as torchtitan 0.3.0 ships none
+        self.target = tmp / "target"
+        self.base = {"commit": make_repo(self.target, {"README": "target\n"}).head.commit.hexsha}
         self.records: list[tuple[str, dict]] = []
 
     def progress(self, message: str) -> None:
@@ -179,13 +181,14 @@ def test_phase_on_qwen3_warns_with_artifacts_and_measurements(qwen3_phase: tuple
     # the route follows the tier.
     verdict = result.data["verdict"]
     assert verdict["status"] == classify_kl(verdict["kl"]) != "FAIL", verdict
-    assert (result.outcome, result.route) == ("passed", "pass" if verdict["status"] == "PASS" else "gap")
-    verdict = result.data["verdict"]
+    firm_pass = verdict["status"] == "PASS" and not verdict["firmness"]["edge"]
+    assert (result.outcome, result.route) == ("passed", "pass" if firm_pass else "gap"), verdict["firmness"]
     assert verdict["hf_experts_impl"] == "grouped_mm" and verdict["device"] == "cpu"
     firm = verdict["firmness"]
     assert firm["other_kernel"] == "eager" and math.isfinite(firm["kl_other_kernel"]), firm
     assert "eager experts KL=" in ctx.artifacts["numerics.txt"]
-    assert verdict["load"] == {"missing": [], "unexpected": []}
+    assert verdict["load"] == {"missing": [], "unexpected": [], "ours": []}
+    assert result.data["measured_tree"] == {}, "numerics records what it measured: here the base's folder"
     assert verdict["roundtrip"]["status"] == "PASS" and verdict["roundtrip"]["max_diff"] == 0.0
     assert 0.0 < verdict["max_diff"] < 0.05
     saved = json.loads(ctx.artifacts["numerics.json"])
@@ -223,8 +226,13 @@ def test_gemma4_fails_and_the_fp32_diagnostic_flags_a_semantic_gap() -> None:
     assert bf16["status"] == "FAIL" and bf16["kl"] >= 1e-3, bf16
     assert bf16["cos_sim"] < 0.99 and fp32["cos_sim"] < 0.99, (bf16["cos_sim"], fp32["cos_sim"])
     assert set(bf16["load"]["unexpected"]) == {"router.per_expert_scale", "router.scale"}
-    decided = phase.decide([CompareResult.model_validate(r) for r in out["results"]])
+    # The probe's core finding says why Titan has no place for them; the dropped keys follow it to a person.
+    probe = {"strict_load": "FAIL", "issues": [{"code": "router_scale_ignored", "severity": "core", "fix_location": "x",
+                                                "message": "Gemma4TextRouter scales routing with ['scale', "
+                                                           "'per_expert_scale']"}]}
+    decided = phase.decide([CompareResult.model_validate(r) for r in out["results"]], probe=probe)
     assert decided.route == "gap" and decided.data["diagnostic_flags"], decided.summary
+    assert decided.outcome == "needs_human" and decided.issues[0].code == "titan_lacks_converted_keys"
 
 
 @pytest.mark.slow
@@ -241,10 +249,12 @@ def test_deepseek_v3_fails_in_bf16_and_the_adapter_drops_the_score_bias() -> Non
                        "dtypes": ["bfloat16", "float32"], "device": "cpu"})
     bf16, fp32 = out["results"]
     assert bf16["status"] == "FAIL" and fp32["status"] == "WARN", (bf16, fp32)
-    assert bf16["load"]["unexpected"] == ["expert_bias"]
+    assert bf16["load"] == {"unexpected": ["expert_bias"], "missing": ["expert_bias_E"], "ours": []}
     assert bf16["roundtrip"]["status"] == "PASS"
+    # The dropped bias is the adapter's (the probe's router_bias_key_misnamed), not a verdict to route on.
     decided = phase.decide([CompareResult.model_validate(r) for r in out["results"]])
-    assert (decided.outcome, decided.route) == ("passed", "gap")
+    assert (decided.outcome, decided.route) == ("needs_agent", "gap")
+    assert [i.code for i in decided.issues] == ["adapter_keys_dropped"]
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@
 file; then, if pre-flight said "auto", one commit on the chosen branch with the skill's
 message, whose numbers come from the recorded events. With "never" the tree is left
 uncommitted for review. The commit hash and its file list are recorded (audit checks them).
+A folder that differs from what numerics measured is never committed: the run goes back to
+numerics first (``measured_tree``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import subprocess
 
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.add_moe_model.caveats import caveat_lines, summary_caveat
+from phases.add_moe_model.measured_tree import check_measured
 from phases.add_moe_model.records import Numerics, Probe, Synthetic
 from phases.add_moe_model.workspace import EXP
 
@@ -28,6 +32,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return PhaseResult(outcome="failed", summary=f"refusing to commit: {len(outside)} path(s) outside {EXP}",
                            issues=(Issue(code="commit_outside_scope", message=", ".join(outside),
                                          fix_location="revert the core files (git checkout BASE -- PATH)"),))
+    stale = check_measured(ctx, phase="commit")
+    if stale is not None:
+        return stale
     lint = run_pre_commit(ctx, files)
     if lint["status"] == "MISSING":
         return PhaseResult(outcome="failed", summary=lint["reason"], data={"lint": lint},
@@ -36,7 +43,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if lint["status"] == "FAIL":
         return PhaseResult(outcome="needs_agent", summary="pre-commit failed on the changed files", data={"lint": lint},
                            issues=(Issue(code="pre_commit_failed", message=lint["output_tail"], fix_location=EXP),))
-    caveat = verdict_caveat(ctx.results)
+    caveat = summary_caveat(ctx.results)
     if not ctx.answers.get("commit") == "auto":
         return PhaseResult(outcome="passed",
                            summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never){caveat}",
@@ -48,23 +55,6 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.add_record("commit", commit)
     return PhaseResult(outcome="passed", summary=f"committed {commit['hash'][:10]} on {commit['branch']} "
                        f"({len(commit['files'])} file(s)){caveat}", data={"lint": lint, **commit, "committed": True})
-
-
-def verdict_caveat(results: dict) -> str:
-    """What a finished run did not pass, so a `done` never reads as all-green: '; numerics WARN; parallelism 3 FAIL'."""
-    parts = []
-    status = ((results.get("numerics") or {}).get("verdict") or {}).get("status")
-    if status and status != "PASS":
-        parts.append(f"numerics {status}")
-    rows = (results.get("parallelism") or {}).get("rows", [])
-    counts = {s: sum(1 for r in rows if r.get("status") == s) for s in ("FAIL", "UNRUN")}
-    shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    if shown:
-        parts.append(f"parallelism rows {shown} (see the report)")
-    waived = sorted({code for phase in results.values() if isinstance(phase, dict) for code in phase.get("waived", {})})
-    if waived:
-        parts.append(f"waived by a person: {', '.join(waived)}")
-    return "".join(f"; {part}" for part in parts)
 
 
 def run_pre_commit(ctx: PhaseContext, files: list[str]) -> dict[str, str]:
@@ -87,7 +77,7 @@ def message_values(ctx: PhaseContext) -> dict[str, object]:
     return {"model_name": ctx.options["model_id"].split("/")[-1].removeprefix("type:"),
             "hidden_size": entry.get("hidden_size", probe.hidden_size),
             "moe_intermediate_size": entry.get("moe_intermediate_size", probe.moe_intermediate_size),
-            "experts": 8, "kl": verdict.kl, "max_diff": verdict.max_diff}
+            "experts": 8, "kl": verdict.kl, "max_diff": verdict.max_diff, "caveats": caveat_lines(ctx.results)}
 
 
 def make_commit(ctx: PhaseContext, files: list[str], message: str) -> dict | PhaseResult:

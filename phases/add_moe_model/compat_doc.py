@@ -4,7 +4,8 @@ The summary row, the architecture section, the parallelism row and (when the pro
 something only core can fix) a core-changes entry are rendered from templates with values
 taken from the trail (probe report, numerics verdict, parallelism results). Re-running
 replaces the model's rows and section instead of adding them again; a missing file is
-created with the same four sections.
+created with the same four sections. A folder that differs from what numerics measured is not
+documented: the run goes back to numerics first (``measured_tree``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.add_moe_model import markdown_doc as md
-from phases.add_moe_model.workspace import EXP
-
-DOC = EXP + "MODEL_COMPATIBILITY.md"
+from phases.add_moe_model.caveats import caveats, row_lines
+from phases.add_moe_model.measured_tree import DOC, check_measured
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
+    stale = check_measured(ctx, phase="compat_doc")
+    if stale is not None:
+        return stale
     values = collect_values(ctx.results, model_id=ctx.options["model_id"])
     path = ctx.target / DOC
     text = path.read_text() if path.is_file() else ctx.render("compat_doc_skeleton.md.j2")
@@ -41,6 +44,8 @@ def collect_values(results: dict[str, Any], *, model_id: str) -> dict[str, Any]:
         "cos_sim": verdict["cos_sim"], "roundtrip": verdict["roundtrip"]["status"],
         "fsdp": " / ".join(row_verdict(rows.get(c)) for c in ("FSDP-1gpu", "FSDP")),
         "fsdp_ep": row_verdict(rows.get("FSDP+EP")),
+        "torchrun": ", ".join(f"{config} {row_verdict(row)}" for config, row in rows.items()) or "not run",
+        "caveats": caveats(results), "row_causes": row_lines(results),
         "build_check": "/".join(f"{r['world_size']}:{r['status']}" for r in build) or "not run",
         "pretrained": results["numerics"].get("pretrained"),
         "probe": probe, "core_issues": core, "gap_rows": results.get("gap_analysis", {}).get("rows", []),

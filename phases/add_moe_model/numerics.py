@@ -31,6 +31,8 @@ from pydantic import BaseModel, Field
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import pretrained, tree_scripts
+from phases.add_moe_model.load_findings import check_load
+from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.work.numerics import CompareRequest
 
@@ -46,7 +48,7 @@ DIAGNOSTIC_COS_FLOOR = 0.9999
 UNKNOWN_TARGET = {"UnknownMoeLayout": "unknown_moe_layout", "UnknownTargetApi": "unknown_target_api"}
 # Our own code or process plumbing failed (a fork that broke CUDA, the firmness measurement): the phase
 # fails, so the run ends as an error of ours instead of a finding that blames the experiment folder.
-OURS = frozenset({*UNKNOWN_TARGET.values(), "worker_plumbing_error", "firmness_error"})
+OURS = frozenset({*UNKNOWN_TARGET.values(), "worker_plumbing_error", "firmness_error", "numerics_worker_dropped_keys"})
 METRIC_UNITS = {"kl": "nats", "cos_sim": "ratio", "max_diff": "abs", "mean_diff": "abs"}
 
 
@@ -75,6 +77,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     shortfall = memory_shortfall(entry) if ctx.options.get("device", "auto") != "cuda" else None
     if shortfall:
         return PhaseResult(outcome="failed", summary=shortfall, data={"code": "insufficient_memory"})
+    measured = snapshot_experiment(ctx.target, ctx.base["commit"])
     request = build_request(entry, options=ctx.options)
     ctx.progress(f"{request['model_type']} in {', '.join(request['dtypes'])}")
     answer = call_compare(ctx, request)
@@ -83,7 +86,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.write_artifact("numerics.txt", ctx.render("numerics_table.txt.j2", table=build_table(results)))
     for result in results:
         record_metrics(ctx, result)
-    return pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results)))
+    result = pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results, probe=ctx.results.get("probe"))))
+    return with_snapshot(result, measured)
 
 
 def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
@@ -135,6 +139,9 @@ def verdict_line(verdict: list[Any]) -> str:
     failed = [r.model_type for r in verdict if r.status in ("FAIL", "ERROR") or r.roundtrip.status != "PASS"]
     if failed:
         return f"Some models FAILED ({', '.join(failed)}) — see above."
+    dropped = [r.model_type for r in verdict if r.load.unexpected or r.load.missing]
+    if dropped:
+        return f"Not a valid comparison: load_state_dict dropped keys of {', '.join(dropped)} — see the finding."
     skipped = [r.model_type for r in verdict if r.status == "SKIP"]
     if skipped:
         return f"Not measured: {', '.join(skipped)} (SKIP) — no verdict, see the finding."
@@ -158,28 +165,40 @@ def record_metrics(ctx: PhaseContext, result: Any) -> None:
                                labels={"model_type": result.model_type, "dtype": result.dtype, "role": role})
 
 
-def decide(results: list[Any]) -> PhaseResult:
-    """Route on the bf16 result; the fp32 diagnostic never changes the outcome."""
+def decide(results: list[Any], *, probe: dict[str, Any] | None = None) -> PhaseResult:
+    """Route on the bf16 result; the fp32 diagnostic never changes the outcome.
+
+    ``probe`` is the probe phase's report: a finding about dropped keys quotes its strict-load verdict.
+    """
     verdict = next(r for r in results if r.dtype == VERDICT_DTYPE)
     data = {"results": [r.model_dump() for r in results], "verdict": verdict.model_dump()}
     flags = flag_semantic_gap(results)
     data["diagnostic_flags"] = flags
     line = _summary_line(verdict) + "".join(f"; {f}" for f in flags)
-    issues = triage(verdict)
+    triaged = triage(verdict)
+    issues = triaged + check_load(verdict, probe=probe)
     if any(i.code in OURS for i in issues):
         return PhaseResult(outcome="failed", summary=line, data=data, issues=tuple(issues))
+    # NOTE: the route is also where a person's waiver of every finding sends the run: parallelism when the
+    # triage says nothing was measured, else the tier's own route (a WARN or FAIL still needs its gap analysis).
+    route, why = ("pass", None) if triaged else tier_route(verdict)
+    if why:
+        data["triage"] = why
     if issues:
-        # NOTE: route "pass": a person who waives every finding sends the run on to parallelism, not gap analysis.
         human = any(i.code in NOT_THE_AGENTS for i in issues)
         return PhaseResult(outcome="needs_human" if human else "needs_agent", summary=line, data=data,
-                           issues=tuple(issues), route="pass")
+                           issues=tuple(issues), route=route)
+    return PhaseResult(outcome="passed", summary=line, data=data, route=route)
+
+
+def tier_route(verdict: Any) -> tuple[str, str | None]:
+    """("pass", None) for a firm PASS, else ("gap", why gap analysis is mandatory)."""
     edge = (verdict.firmness or {}).get("edge")
     if verdict.status == "PASS" and not edge:
-        return PhaseResult(outcome="passed", summary=line, data=data, route="pass")
-    data["triage"] = (f"tier at the edge ({edge}): the one-ulp spread crosses a threshold, so the safe side is taken"
-                      if verdict.status == "PASS" else
-                      "numerical WARN/FAIL: look at routing or weight transfer") + " (gap analysis is mandatory)"
-    return PhaseResult(outcome="passed", summary=line, data=data, route="gap")
+        return "pass", None
+    why = (f"tier at the edge ({edge}): the one-ulp spread crosses a threshold, so the safe side is taken"
+           if verdict.status == "PASS" else "numerical WARN/FAIL: look at routing or weight transfer")
+    return "gap", why + " (gap analysis is mandatory)"
 
 
 def flag_semantic_gap(results: list[Any]) -> list[str]:
@@ -237,7 +256,7 @@ def triage(r: Any) -> list[Issue]:
 
 
 # Findings whose fix is not the agent's: the phase waits for a person (waive with a reason, or abort).
-NOT_THE_AGENTS = frozenset({"raised_in_transformers"})
+NOT_THE_AGENTS = frozenset({"raised_in_transformers", "titan_lacks_converted_keys"})
 
 
 def triage_error(model_type: str, error_type: str, error: str, *, origin: str | None = None,

@@ -19,6 +19,9 @@ from phases.add_moe_model import rules
 from phases.add_moe_model.start import prepare
 from phases.add_moe_model.workspace import EXP
 
+# The experiment folder changed after numerics measured it (measured_tree): measure it again before the doc or commit.
+REMEASURE = {"remeasure": "numerics"}
+
 NOTES = {
     "probe": "Fix every fixable issue inside the experiment folder (state_dict_adapter.py, moe_replacement.py, "
              "hf_sharding.py, model.py), then advance: the probe re-runs on your edited checkout. Do not ask; "
@@ -87,9 +90,9 @@ WORKFLOW = Workflow(
                   gates=("no_open_patches",), allowed_paths=(EXP,), agent_notes=NOTES["parallelism"],
                   results="phases.add_moe_model.parallelism:take_results"),
         PhaseSpec(name="compat_doc", module="phases.add_moe_model.compat_doc", title="MODEL_COMPATIBILITY.md",
-                  gates=("no_open_patches",)),
+                  gates=("no_open_patches",), routes=REMEASURE),
         PhaseSpec(name="commit", module="phases.add_moe_model.commit", title="lint and commit",
-                  gates=("no_open_patches",)),
+                  gates=("no_open_patches",), routes=REMEASURE),
     ),
     options=Options,
     prepare=prepare,

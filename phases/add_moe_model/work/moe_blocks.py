@@ -21,6 +21,8 @@ from phases.add_moe_model.work.hf_checks import probe_moe_site
 from phases.add_moe_model.work.layout import target_attr
 
 EXP = "torchtitan.experiments.transformers_modeling_backend"
+# The target's own default (moe_replacement: getattr(config, "load_balance_coeff", 1e-3)).
+TARGET_LOAD_BALANCE_COEFF = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +51,14 @@ class MoeSite:
     @property
     def experts(self) -> nn.Module:
         return self.block.experts
+
+    @property
+    def key_prefix(self) -> str:
+        """Where the adapter meets the MoE's keys: the model's own path for a block, as in the probe's strict load.
+
+        A layer-level MoE keeps ``mlp.``: its router and experts are converted as one block, without the dense mlp.
+        """
+        return f"model.layers.{self.layer_index}.{self.attr}." if self.kind == "block" else "mlp."
 
 
 def find_moe_site(model: nn.Module) -> MoeSite | None:
@@ -87,18 +97,29 @@ def set_experts_impl(config, *, model_cls, wanted: str = "grouped_mm") -> str:
 def probe_moe_params(site: MoeSite, config) -> dict[str, Any]:
     """Run the target's own probe for this site (block or layer-level).
 
-    Titan's MoE has its ``expert_bias_E`` buffer only with a load-balance coefficient; HF's
-    router correction bias (``e_score_correction_bias``) loads into it. Without the buffer the
-    adapter's ``expert_bias_E`` key is unexpected, the bias is dropped and Titan routes without
-    it (on main: glm_moe_dsa's WARN). So a coefficient is kept exactly when HF has that bias; it
-    only steers training updates, never the forward.
+    Titan's MoE has its ``expert_bias_E`` buffer only with a load-balance coefficient. So the coefficient is
+    kept exactly when the adapter converts some HF tensor into an ``expert_bias*`` key: judged on what the
+    adapter produces, not on HF's name for the bias (``gate.e_score_correction_bias`` in DeepSeek/GLM, the
+    block's ``expert_bias`` in afmoe). Without the buffer the bias is dropped as unexpected and Titan routes
+    without it. The coefficient only steers training updates, never the forward.
     """
-    has_bias = any(k.endswith("e_score_correction_bias") for k in hf_site_state_dict(site))
-    config.load_balance_coeff = 1e-3 if has_bias else None
+    has_bias = any(k.startswith("expert_bias") for k in convert_site_state_dict(site))
+    config.load_balance_coeff = TARGET_LOAD_BALANCE_COEFF if has_bias else None
     config.comm_backend = "standard"
     if site.kind == "layer":
         return target_attr(f"{EXP}.moe_replacement", "_probe_layer_level_moe")(site.layer, config)
     return target_attr(f"{EXP}.moe_replacement", "_probe_hf_moe_block")(site.block, config)
+
+
+def keys_of_target_build(params: dict[str, Any], config) -> set[str]:
+    """State-dict keys of the MoE the target builds from ``params`` with its own default coefficient (on meta).
+
+    That is the MoE the probe's strict load checks: a converted key it has and ours lacks is our worker's doing.
+    """
+    build = target_attr(f"{EXP}.moe_replacement", "_build_moe_config")
+    with torch.device("meta"):
+        moe = build({**params, "load_balance_coeff": TARGET_LOAD_BALANCE_COEFF}, config).build()
+    return set(moe.state_dict())
 
 
 def build_titan_moe(
@@ -131,17 +152,26 @@ def hf_site_state_dict(site: MoeSite) -> dict[str, torch.Tensor]:
     return state
 
 
+def convert_site_state_dict(site: MoeSite) -> dict[str, torch.Tensor]:
+    """The site's HF weights through the target's adapter, keyed relative to the block (Titan's names).
+
+    The adapter sees the keys under the model's own path (``site.key_prefix``), as in the probe's
+    strict load, so a pattern anchored on ``layers.N.mlp.`` converts here too.
+    """
+    target_attr(f"{EXP}.state_dict_adapter", "_TITAN_TO_ORIGINAL_HF_KEY").clear()
+    prefix = site.key_prefix
+    prefixed = {f"{prefix}{k}": v for k, v in hf_site_state_dict(site).items()}
+    converted = target_attr(f"{EXP}.state_dict_adapter", "hf_to_titan_moe_state_dict")(prefixed)
+    return {k.removeprefix(prefix): v for k, v in converted.items()}
+
+
 def load_through_adapter(titan: nn.Module, site: MoeSite) -> dict[str, list[str]]:
     """Convert the HF weights with the target's adapter and load them (strict=False).
 
     The adapter is used as is: a converter bug must show up as missing/unexpected keys
     or as a numerical difference, so nothing here corrects its output.
     """
-    target_attr(f"{EXP}.state_dict_adapter", "_TITAN_TO_ORIGINAL_HF_KEY").clear()
-    prefixed = {f"mlp.{k}": v for k, v in hf_site_state_dict(site).items()}
-    converted = target_attr(f"{EXP}.state_dict_adapter", "hf_to_titan_moe_state_dict")(prefixed)
-    stripped = {k.removeprefix("mlp."): v for k, v in converted.items()}
-    result = titan.load_state_dict(stripped, strict=False)
+    result = titan.load_state_dict(convert_site_state_dict(site), strict=False)
     return {"missing": sorted(result.missing_keys), "unexpected": sorted(result.unexpected_keys)}
 
 

@@ -61,6 +61,9 @@ class LoadReport(BaseModel):
 
     missing: list[str] = Field(default_factory=list)
     unexpected: list[str] = Field(default_factory=list)
+    ours: list[str] = Field(default_factory=list)
+    """Unexpected keys the target's own build of the MoE has (as the probe's strict load builds it): our
+    worker's build left them out, so the drop is ours, not the adapter's."""
 
 
 class CompareResult(BaseModel):
@@ -269,6 +272,8 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
         params = {**params, "shared_expert_info": None}  # routed experts only, as on the HF side
     titan = moe_blocks.build_titan_moe(params, bench.config, device=dev, dtype=dt)
     load = moe_blocks.load_through_adapter(titan, bench.site)
+    if load["unexpected"]:
+        load["ours"] = sorted(set(load["unexpected"]) & moe_blocks.keys_of_target_build(params, bench.config))
     layout = detect_moe_layout(titan, hidden=bench.config.hidden_size)
     with torch.no_grad():
         tt_out = titan(layout.tokens(x))

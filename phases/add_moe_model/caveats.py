@@ -1,0 +1,64 @@
+"""What a finished add-moe-model run did not pass, said the same way wherever its verdict is shown.
+
+A run ends ``done`` once every phase passed its gates, and that includes a numerics WARN (after its gap
+analysis), torchrun rows that FAIL with a root cause outside the model (torch 2.13's ``fully_shard`` at
+world size > 1), rows a person accepted as unrun, a layout the target declares unsupported and waived
+findings. ``caveats`` names them in one line's words; ``caveat_lines`` adds each row's cause. The commit
+phase's summary (the run's final summary, which ``status`` and the agent tools show), the commit message
+and MODEL_COMPATIBILITY.md all use them, so none of them reads as a clean pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NOT_PASSED = ("FAIL", "UNRUN")
+
+
+def caveats(results: dict[str, Any]) -> list[str]:
+    """["numerics WARN", "parallelism rows 3 FAIL, 1 UNRUN", ...]; empty for a clean pass."""
+    parts = []
+    status = ((results.get("numerics") or {}).get("verdict") or {}).get("status")
+    if status and status != "PASS":
+        parts.append(f"numerics {status}")
+    rows = torchrun_rows(results)
+    counts = ", ".join(f"{n} {s}" for s in NOT_PASSED if (n := sum(r.get("status") == s for r in rows)))
+    if counts:
+        parts.append(f"parallelism rows {counts}")
+    build = [f"world {r['world_size']} {r['status']}" for r in (results.get("parallelism") or {}).get("build_check", [])
+             if r.get("status") != "PASS"]
+    if build:
+        parts.append(f"sharding build check {', '.join(build)}")
+    waived = sorted({code for phase in results.values() if isinstance(phase, dict) for code in phase.get("waived", {})})
+    if waived:
+        parts.append(f"waived by a person: {', '.join(waived)}")
+    return parts
+
+
+def summary_caveat(results: dict[str, Any]) -> str:
+    """"; numerics WARN; parallelism rows 3 FAIL, 1 UNRUN (see the report)", or "" for a clean pass."""
+    parts = [f"{p} (see the report)" if p.startswith("parallelism rows") else p for p in caveats(results)]
+    return "".join(f"; {part}" for part in parts)
+
+
+def caveat_lines(results: dict[str, Any]) -> list[str]:
+    """One line per caveat, the torchrun rows' as ``row_lines`` give them."""
+    return [c for c in caveats(results) if not c.startswith("parallelism rows")] + row_lines(results)
+
+
+def row_lines(results: dict[str, Any]) -> list[str]:
+    """The cause of every torchrun row that did not PASS, rows of one cause on one line."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for row in torchrun_rows(results):
+        if row.get("status") in NOT_PASSED:
+            cause = row.get("root_cause") or row.get("error") or "no cause recorded"
+            groups.setdefault((row["status"], cause), []).append(f"{row['config']} ({gpus(row['world_size'])})")
+    return [f"torchrun {', '.join(configs)}: {status}: {cause}" for (status, cause), configs in groups.items()]
+
+
+def torchrun_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((results.get("parallelism") or {}).get("rows", []))
+
+
+def gpus(world_size: int) -> str:
+    return f"{world_size} GPU" + ("s" if world_size > 1 else "")
