@@ -1,21 +1,25 @@
 """Every entry point on both targets, on CPU: the combinations a user meets first (issue 22).
 
 ``run`` and ``survey --models`` on the embedded 0.3.0 workspace and on a torchtitan main checkout
-(the four shared runs of tests/run_fixtures.py). Each combination is held to the same bar: a
-verdict with its firmness figures (fp64 KL, one-ulp spread), and no worker exception raised in
-our own code or process plumbing, whatever the run's outcome (a traceback in any worker log is
-attributed as the survey attributes it; ours fails the test).
+(the four shared runs of tests/run_fixtures.py), and ``resume --results`` on a survey run of each
+tree (a survey run waits at parallelism for exactly that: its torchrun rows' logs). Each
+combination is held to the same bar: a verdict with its firmness figures (fp64 KL, one-ulp
+spread), and no worker exception raised in our own code or process plumbing, whatever the run's
+outcome (a traceback in any worker log is attributed as the survey attributes it; ours fails the
+test).
 """
 
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from phases.add_moe_model.numerics import OURS
 from phases.add_moe_model.survey.outcome import attribute_traceback
+from tests.conftest import ROOT, cli
 from tests.run_fixtures import MAIN_SURVEY_MODELS
 
 pytestmark = pytest.mark.slow
@@ -84,6 +88,35 @@ def test_the_main_survey_ran_side_by_side_and_merged_every_row(main_survey):
     assert [r["model_type"] for r in merged["rows"]] == MAIN_SURVEY_MODELS.split(",")
     for index in range(2):
         assert (out / "tasks" / f"{index}.log").read_text().count("warm worker ready") == 1
+
+
+H200_RUN = ROOT / "bench/results/2026-12-02-h200-matrix/readme1-cuda/readme1.tgz"
+
+
+def h200_row_logs(dest: Path) -> Path:
+    """The FSDP-1gpu log the H200 wrote for README command 1, with its exit status, as a job leaves them."""
+    with tarfile.open(H200_RUN) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("parallelism/FSDP-1gpu.log"))
+        (dest / "FSDP-1gpu.log").write_bytes(tar.extractfile(member).read())
+    (dest / "FSDP-1gpu.rc").write_text("0\n")
+    return dest
+
+
+@pytest.mark.parametrize("which", ["embedded_survey", "main_survey"])
+def test_resume_results_hands_back_a_row_on_each_tree(which, request, tmp_path):
+    survey = request.getfixturevalue(which)
+    run_id = next(r["run_id"] for r in survey["body"]["rows"] if r["model_type"] == "olmoe")
+    handed = cli("resume", run_id, "--results", str(h200_row_logs(tmp_path)), "--json", state_dir=survey["state"],
+                 timeout=900)
+    status = json.loads(handed.stdout.strip().splitlines()[-1])
+    assert handed.returncode == 3 and [q["key"] for q in status["pending"]] == ["unrun_rows"], handed.stderr[-2000:]
+    done = cli("resume", run_id, "--answer", "unrun_rows=accept", "--json", state_dir=survey["state"], timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = survey["state"] / "runs" / run_id
+    rows = {r["config"]: r for r in json.loads((run_dir / "run.json").read_text())["results"]["parallelism"]["rows"]}
+    assert rows["FSDP-1gpu"]["status"] == "PASS" and rows["FSDP-1gpu"]["source"].startswith("handed back from")
+    assert our_exceptions(run_dir) == []
+    assert cli("audit", run_id, state_dir=survey["state"], timeout=300).returncode == 0
 
 
 def test_the_exception_check_can_fail(tmp_path):
