@@ -45,6 +45,19 @@ def sigmoid_router(target: Path) -> None:
                  '    scoring_func = getattr(config, "scoring_func", None)\n')
 
 
+def laguna_router(target: Path) -> None:
+    """router_rule_mismatch (laguna): its router keeps the correction bias as a parameter, not a buffer (so the
+    target's test for a sigmoid router misses it and routes with softmax), and always renormalises the top-k
+    weights without a norm_topk_prob flag (so the target's sigmoid default leaves them unnormalised)."""
+    bias_test = '"e_score_correction_bias" in getattr(gate, "_buffers", {})'
+    replace_once(target, MOE, f"    if gate is not None and {bias_test}:\n",
+                 f"    if gate is not None and ({bias_test}\n"
+                 '                             or "e_score_correction_bias" in getattr(gate, "_parameters", {})):\n')
+    replace_once(target, MOE, "    elif hasattr(gate, \"norm_topk_prob\"):\n        route_norm = gate.norm_topk_prob\n",
+                 "    elif hasattr(gate, \"norm_topk_prob\"):\n        route_norm = gate.norm_topk_prob\n"
+                 "    elif type(gate).__name__ == \"LagunaTopKRouter\":\n        route_norm = True\n")
+
+
 TRANSPOSED_HELPERS = '''
 _TRANSPOSED_EXPERT_PREFIXES: set[str] = set()
 

@@ -17,6 +17,7 @@ PROVEN: dict[str, str] = {
     "router_score_before_experts": "Llama-4-Scout",
     "moe_output_contract": "Llama-4-Scout",
     "router_bias_key_misnamed": "DeepSeek-V3",
+    "router_rule_mismatch": "laguna (the probe worker on the fixed target)",
 }
 
 

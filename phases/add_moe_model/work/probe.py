@@ -275,7 +275,8 @@ def _semantic_findings(tiny: Any, row: dict, target: dict) -> list[CompatIssue]:
         return []
     hidden = int(tiny_config.hidden_size)
     return [*semantic_checks.check_score_placement(block, swapped),
-            *semantic_checks.check_output_contract(block, swapped, hidden=hidden)]
+            *semantic_checks.check_output_contract(block, swapped, hidden=hidden),
+            *semantic_checks.check_routing(block, swapped, hidden=hidden)]
 
 
 def _dedupe(issues: list[CompatIssue]) -> list[CompatIssue]:

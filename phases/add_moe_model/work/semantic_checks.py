@@ -1,9 +1,13 @@
-"""Two MoE semantics a key check cannot see, each judged on the target's own modules (worker side).
+"""Three MoE semantics a key check cannot see, each judged on the target's own modules (worker side).
 
 - Where the router score is applied. Titan's dispatcher scales the expert *outputs* at combine; an HF
   block that scales the expert *input* (Llama 4: ``routed_in * router_scores``) computes f(s x) instead
   of s f(x), and a gated expert makes the two differ. HF's side is read from the block's forward; the
   target's side is measured: its routed experts are called with a known score.
+- How tokens are routed. HF's block is run on a tiny batch and the experts and weights it hands its
+  experts are compared with the target's own router given HF's gate weights. A difference that one
+  of Titan's router rules explains (score function, renormalisation, route scale) is the experiment
+  folder's to fix; one that none explains (phimoe's sparsemixer) is a router Titan does not have.
 - What the MoE returns. A decoder layer that unpacks ``(out, router_logits)`` from its MoE needs a
   tuple. HF's side is what a tiny block returns; the target's side is what the module its own swap
   (``build_and_swap_native_moe``) puts in the layer returns.
@@ -139,3 +143,121 @@ def check_output_contract(hf_block: Any, swapped: Any, *, hidden: int) -> list[C
             severity="fixable",
         )
     ]
+
+
+def hf_routing(hf_block: Any, x: Any) -> tuple[Any, Any] | None:
+    """(expert ids, weights), each (T, K), that HF's block hands its experts for tokens ``x`` (T, H); None when
+    the block does not call ``experts(hidden, top_k_index, top_k_weights)``."""
+    import torch
+
+    seen: dict[str, Any] = {}
+
+    def capture(_module: Any, args: tuple, kwargs: dict) -> None:
+        if len(args) >= 3 and not torch.is_floating_point(args[1]):
+            seen["ids"], seen["weights"] = args[1], args[2]
+
+    handle = hf_block.experts.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            hf_block(x.unsqueeze(0))
+    finally:
+        handle.remove()
+    return (seen["ids"].reshape(x.shape[0], -1), seen["weights"].reshape(x.shape[0], -1)) if seen else None
+
+
+def titan_router(swapped: Any) -> Any | None:
+    return next((m for m in swapped.modules() if hasattr(m, "score_func") and hasattr(m, "gate")), None)
+
+
+def plain_gate(hf_block: Any, experts: int, hidden: int) -> tuple[Any, Any] | None:
+    """HF's router as one linear map (E, H) and at most a correction bias (E,) used to choose experts."""
+    router = getattr(hf_block, "gate", None) or getattr(hf_block, "router", None)
+    linear = router if getattr(router, "weight", None) is not None else getattr(router, "gate", None)
+    weight = getattr(linear, "weight", None)
+    if weight is None or tuple(weight.shape) != (experts, hidden):
+        return None
+    named = {**dict(hf_block.named_parameters()), **dict(hf_block.named_buffers())}
+    gate_names = {n for n, t in named.items() if t is weight or t is getattr(linear, "bias", None)}
+    rest = {n: t for n, t in named.items() if n not in gate_names and not n.startswith("experts.")
+            and not n.startswith("shared")}
+    biases = [t for n, t in rest.items() if "bias" in n.rsplit(".", 1)[-1] and tuple(t.shape) == (experts,)]
+    if len(rest) != len(biases) or len(biases) > 1:
+        return None
+    return linear, (biases[0] if biases else None)
+
+
+def same_routing(ids_a: Any, w_a: Any, ids_b: Any, w_b: Any) -> Any:
+    """Per token: the same experts with the same weights (order free)."""
+    import torch
+
+    order_a, order_b = ids_a.argsort(dim=-1), ids_b.argsort(dim=-1)
+    same_ids = (ids_a.gather(-1, order_a) == ids_b.gather(-1, order_b)).all(dim=-1)
+    close = torch.isclose(w_a.gather(-1, order_a).float(), w_b.gather(-1, order_b).float(), rtol=1e-4, atol=1e-6)
+    return same_ids & close.all(dim=-1)
+
+
+def rule_that_matches(logits: Any, bias: Any, ids: Any, weights: Any, top_k: int) -> str | None:
+    """The Titan router rule (score function, renormalisation, route scale) that gives HF's routing, if any."""
+    import torch
+
+    for score_func in ("softmax", "sigmoid"):
+        scores = logits.softmax(-1) if score_func == "softmax" else logits.sigmoid()
+        chosen = (scores if bias is None else scores + bias).topk(top_k, dim=-1).indices
+        for norm in (False, True):
+            picked = scores.gather(-1, chosen)
+            picked = picked / picked.sum(-1, keepdim=True) if norm else picked
+            scale = float(weights.sum() / picked.sum())
+            if bool(same_routing(chosen, picked * scale, ids, weights.to(torch.float32)).all()):
+                return f"score_func={score_func}, route_norm={norm}, route_scale={scale:.4g}"
+    return None
+
+
+def check_routing(hf_block: Any, swapped: Any, *, hidden: int) -> list[CompatIssue]:
+    """HF's routing (experts and weights per token) against the target's own router given HF's gate weights."""
+    import torch
+
+    router = titan_router(swapped)
+    experts = int(getattr(router, "num_experts", 0) or 0) if router is not None else 0
+    found = plain_gate(hf_block, experts, hidden) if experts else None
+    if found is None or getattr(router, "num_expert_groups", None) is not None:
+        return []
+    gate, bias = found
+    if (getattr(gate, "bias", None) is None) != (getattr(router.gate, "bias", None) is None) \
+            or tuple(getattr(router.gate, "weight", torch.empty(0)).shape) != tuple(gate.weight.shape):
+        return []
+    torch.manual_seed(1)
+    x = torch.randn(16 * _TOKENS, hidden)
+    seen = hf_routing(hf_block, x)
+    if seen is None:
+        return []
+    with torch.no_grad():
+        router.gate.weight.copy_(gate.weight)
+        if getattr(gate, "bias", None) is not None:
+            router.gate.bias.copy_(gate.bias)
+        weights, ids = router(x.unsqueeze(0), None if bias is None else bias.detach().float())[:2]
+        logits = torch.nn.functional.linear(x, gate.weight, getattr(gate, "bias", None))
+    agree = same_routing(ids.reshape(seen[0].shape), weights.reshape(seen[1].shape), *seen)
+    if bool(agree.all()):
+        return []
+    rule = rule_that_matches(logits, None if bias is None else bias.float(), seen[0], seen[1],
+                             top_k=seen[0].shape[-1])
+    return [routing_issue(hf_block, router, rule, differ=f"{int((~agree).sum())} of {agree.numel()} tokens")]
+
+
+def routing_issue(hf_block: Any, router: Any, rule: str | None, *, differ: str) -> CompatIssue:
+    target = f"score_func={router.score_func}, route_norm={router.route_norm}, route_scale={router.route_scale}"
+    if rule is not None:
+        return CompatIssue(
+            code="router_rule_mismatch", severity="fixable",
+            message=(f"with HF's gate weights, the target's router ({target}) routes {differ} of a tiny twin "
+                     f"differently from HF's {type(hf_block).__name__}, which matches {rule}"),
+            fix_location=f"{MOE_REPLACEMENT} (_probe_hf_moe_block / _build_moe_config: the router's score function, "
+                         "renormalisation and route scale)")
+    return CompatIssue(
+        code="router_rule_unsupported", severity="core",
+        message=(f"with HF's gate weights, no rule of Titan's TokenChoiceTopKRouter (softmax or sigmoid, top-k, "
+                 f"with or without renormalisation, any route scale) gives HF's {type(hf_block).__name__} routing: "
+                 f"the target's router ({target}) differs on {differ} (e.g. phimoe's sparsemixer)"),
+        fix_location="torchtitan/models/common/moe.py (TokenChoiceTopKRouter): a routing rule Titan does not have, "
+                     "outside the experiment folder (a person decides; a router written in the experiment folder "
+                     "would be a workaround)")

@@ -1,0 +1,48 @@
+"""The probe's routing check: HF's block and the target's own router, given HF's gate weights, route a tiny twin.
+
+phimoe's sparsemixer is a rule Titan's router does not have (a person's call, outside the experiment
+folder); laguna's sigmoid router is one the target could configure and does not (the agent's), and a
+reference fix inside the experiment folder clears it. Clean models stay clean (test_moe_probe).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from phases.add_moe_model.model_source import resolve_model_source
+from phases.add_moe_model.workspace import new_run_workspace
+from tests import moe_reference_fixes as fixes
+from tests.conftest import call_worker
+
+pytestmark = pytest.mark.slow
+PROBE = "phases.add_moe_model.work.probe:probe"
+
+
+def routing_issues(answer: dict) -> dict[str, dict]:
+    assert answer["error"] is None, answer
+    return {i["code"]: i for i in answer["report"]["issues"] if i["code"].startswith("router_rule")}
+
+
+def probe_in_process(model: str) -> dict:
+    from phases.add_moe_model.work.probe import probe
+
+    return probe({"source": resolve_model_source(model).model_dump(mode="json")})
+
+
+def test_a_routing_rule_titan_does_not_have_is_a_persons_call():
+    found = routing_issues(probe_in_process("type:phimoe"))
+    issue = found["router_rule_unsupported"]
+    assert issue["severity"] == "core" and "PhimoeSparseMoeBlock" in issue["message"]
+    assert issue["fix_location"].startswith("torchtitan/models/common/moe.py")
+
+
+def test_a_rule_the_target_misconfigures_is_the_agents_and_a_fix_in_the_experiment_folder_clears_it(tmp_path: Path):
+    source = {"source": resolve_model_source("type:laguna").model_dump(mode="json")}
+    target = new_run_workspace(tmp_path / "state")
+    before = routing_issues(call_worker(PROBE, source, target=target))["router_rule_mismatch"]
+    assert before["severity"] == "fixable" and "score_func=sigmoid" in before["message"], before
+    assert "moe_replacement.py" in before["fix_location"]
+    fixes.laguna_router(target)
+    assert routing_issues(call_worker(PROBE, source, target=target)) == {}
