@@ -1,16 +1,27 @@
 """Thin command line: parse, call the engine, render with rich text or ``--json``.
 
 Heavy modules (the engine, pydantic models, GitPython, phases) are imported inside the
-commands so that ``status`` and ``audit`` start fast; torch is never imported here.
+commands so that ``status`` and ``audit`` start fast; torch is never imported here. The commands
+that live in other modules (``_register_plugins``) are loaded only when a command outside this
+file is asked for, or the command list is shown, so a read such as ``status`` imports click, the
+store's read path and the renderer, nothing more (no signing key, no workflow table).
 Exit codes: 0 done/progressed, 1 failed or rule broken, 2 bad usage, 3 human, 4 agent.
 """
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+    # NOTE: `python -m orchestrator.cli` would otherwise run this file twice: once as __main__ and
+    # once as orchestrator.cli when a plugin imports it, registering every command twice.
+    from orchestrator.cli import main as _main
+
+    sys.exit(_main())
+
 import functools
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -102,7 +113,20 @@ def _exit_with_error(settings: _Settings, exc: BaseException) -> None:
 
 
 class _Main(click.Group):
-    """The command group; click's own usage errors become one line (or a JSON error) and exit 2."""
+    """The command group; click's own usage errors become one line (or a JSON error) and exit 2.
+
+    Commands of other modules are registered the first time a name this file does not define is
+    looked up, or the whole list is shown (``--help``): the commands and the help are as before.
+    """
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            _register_plugins()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _register_plugins()
+        return super().list_commands(ctx)
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -267,10 +291,12 @@ def status_cmd(settings: _Settings, run_id: str | None) -> int:
 
 
 def _jobs_now(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """A run waiting on cluster jobs: their states now (one squeue call)."""
+    """A run waiting on cluster jobs: their states now (one squeue call; the cluster code only then)."""
+    if state.get("awaiting") != "job":
+        return []
     from orchestrator.jobs import seen_now
 
-    return seen_now(state) if state.get("awaiting") == "job" else []
+    return seen_now(state)
 
 
 @command(main, "list")
@@ -348,11 +374,17 @@ def graph_cmd(settings: _Settings, workflow: str) -> int:
     return EXIT_OK
 
 
+_PLUGINS_LOADED: list[bool] = []
+
+
 def _register_plugins() -> None:
     """Commands that live in their own modules: submissions and the patch ledger, agent and mcp, and the
-    commands workflows add (registered beside the workflows in ``orchestrator.workflow``)."""
+    commands workflows add (registered beside the workflows in ``orchestrator.workflow``). Once per process."""
     import importlib
 
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED.append(True)
     from orchestrator.workflow import BUILTIN_COMMANDS
 
     for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "orchestrator.cli_trail", *BUILTIN_COMMANDS):
@@ -362,10 +394,5 @@ def _register_plugins() -> None:
             if exc.name != module:
                 raise
 
-
-_register_plugins()
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 __all__ = ["EXIT_USAGE", "main"]
