@@ -18,7 +18,6 @@ behind the log replays the log.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 from datetime import datetime, timezone
@@ -27,7 +26,7 @@ from typing import Any, Iterator
 
 from orchestrator.errors import UsageError
 from orchestrator.trail.anchor import AnchorWriter, Head
-from orchestrator.trail.chain import SCHEMA_VERSION, chain_hash
+from orchestrator.trail.chain import SCHEMA_VERSION, event_line
 from orchestrator.trail.snapshot import apply_event
 from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, parse_trail
 
@@ -115,12 +114,12 @@ class OpenRun:
                 "type": data.type, "actor": actor, "phase": phase, "data": data.model_dump(mode="json"),
                 "prev_hash": prev,
             }
-            event["hash"] = prev = chain_hash(prev, event)
             try:
-                lines.append(json.dumps(event, sort_keys=True, separators=(",", ":"),
-                                        ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n")
+                prev, line = event_line(prev, event)
             except (ValueError, UnicodeEncodeError) as exc:
                 raise UsageError(f"event {data.type} cannot be recorded: {exc}") from None
+            event["hash"] = prev
+            lines.append(line)
             events.append(event)
         return events, lines
 
@@ -157,6 +156,8 @@ class OpenRun:
 
     def flush(self) -> None:
         """Rewrite run.json from the in-memory state (atomic)."""
+        import json
+
         atomic_write(self.dir / SNAPSHOT, json.dumps(self.state, indent=1, sort_keys=True).encode())
 
     def close(self) -> None:
