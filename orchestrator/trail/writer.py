@@ -7,12 +7,13 @@ checked the log. Every write is one group commit, in this order (``OpenRun._comm
    one ``fdatasync``, durable before any byte of the new lines can reach the disk;
 2. the new lines, in one ``write`` and one ``fsync`` of the log.
 
-So after a crash the anchor names the log's last event, or one write further (with ``prev`` = the
-log's last event): the inspector's ``decide`` cuts that unfinished write off and the next writer
-records ``trail_repaired``. The reverse order would leave a log ahead of its anchor, which looks
-exactly like events appended by someone without the key, and is refused. run.json is rewritten
-atomically (temp file, fsync, rename) when a writer flushes or closes; a reader that finds it
-behind the log replays the log.
+So after a crash the anchor names the log's last event, or one write further (its ``prev`` is where
+the log stood before that write): the inspector's ``decide`` marks it repairable, the next writer cuts
+off whatever part of it landed and records ``trail_repaired`` (when none of its lines landed there is
+nothing to cut, and the next write's head takes the place of the one announced). The reverse order
+would leave a log ahead of its anchor, which looks exactly like events appended by someone without
+the key, and is refused. run.json is rewritten atomically (temp file, fsync, rename) when a writer
+flushes or closes; a reader that finds it behind the log replays the log.
 """
 
 from __future__ import annotations
