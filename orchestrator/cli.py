@@ -1,46 +1,33 @@
 """Thin command line: parse, call the engine, render with rich text or ``--json``.
 
 Heavy modules (the engine, pydantic models, GitPython, phases) are imported inside the
-commands so that ``status`` and ``audit`` start fast; torch is never imported here.
+commands so that ``status`` and ``audit`` start fast; torch is never imported here. The commands
+that live in other modules (``_register_plugins``) are loaded only when a command outside this
+file is asked for, or the command list is shown. What commands share without click (settings, the
+error handler, ``status`` itself) is ``cli_base``, which also runs a plainly spelled ``status``
+without importing click at all: a read loads the store's read path and the renderer, nothing more.
 Exit codes: 0 done/progressed, 1 failed or rule broken, 2 bad usage, 3 human, 4 agent.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import signal
 import sys
+
+if __name__ == "__main__":
+    # NOTE: `python -m orchestrator.cli` would otherwise run this file twice: once as __main__ and
+    # once as orchestrator.cli when a plugin imports it, registering every command twice.
+    from orchestrator.cli_base import entry
+
+    entry()
+
+import functools
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
-from orchestrator.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OrchestratorError, UsageError
-
-DEFAULT_STATE_DIR = "state"
-
-
-class _Settings:
-    def __init__(self, *, as_json: bool, state_dir: str | None, debug: bool) -> None:
-        self.as_json = as_json
-        self.state_dir = Path(state_dir or os.environ.get("ORCHESTRATOR_STATE_DIR") or DEFAULT_STATE_DIR)
-        self.debug = debug or os.environ.get("ORCHESTRATOR_DEBUG") == "1"
-
-    def store(self) -> Any:
-        from orchestrator.trail.store import RunStore
-
-        return RunStore(self.state_dir)
-
-    def progress(self) -> Callable[[str], None]:
-        if self.as_json:
-            return lambda _message: None
-        if sys.stderr.isatty():
-            from rich.console import Console
-
-            console = Console(stderr=True)
-            return lambda message: console.print(f"[dim]… {message}[/dim]", highlight=False)
-        return lambda message: print(f"... {message}", file=sys.stderr, flush=True)
+from orchestrator.cli_base import DEFAULT_STATE_DIR, CommandStopped, Settings, print_runs, run_command, status
+from orchestrator.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 
 
 def common_options(func: Callable) -> Callable:
@@ -50,14 +37,14 @@ def common_options(func: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")(func)
 
 
-def _settings(*, as_json: bool, state_dir: str | None, debug: bool) -> _Settings:
+def _settings(*, as_json: bool, state_dir: str | None, debug: bool) -> Settings:
     """The command's own options merged with those given before the command (``main``'s)."""
     given = click.get_current_context().find_root().obj or {}
     before = given.get("state_dir")
     if state_dir is not None and before is not None and state_dir != before:
         raise UsageError(f"--state-dir given twice: {before!r} before the command, {state_dir!r} after it; "
                          "give it once")
-    return _Settings(as_json=as_json or given.get("as_json", False), state_dir=state_dir or before,
+    return Settings(as_json=as_json or given.get("as_json", False), state_dir=state_dir or before,
                      debug=debug or given.get("debug", False))
 
 
@@ -69,56 +56,28 @@ def command(group: click.Group, name: str, **kwargs: Any) -> Callable:
         @common_options
         @functools.wraps(func)
         def wrapper(as_json: bool, state_dir: str | None, debug: bool, **params: Any) -> None:
-            settings = _settings(as_json=as_json, state_dir=state_dir, debug=debug)
-            signal.signal(signal.SIGTERM, _stop_on_sigterm)
-            try:
-                code = func(settings, **params)
-            except (OrchestratorError, OSError) as exc:
-                _exit_with_error(settings, exc)
-            except KeyboardInterrupt as exc:
-                name = getattr(exc, "signal_name", "SIGINT")
-                print(f"stopped by {name}; the trail records it and keeps everything recorded so far "
-                      "(`orchestrator advance` picks up the interrupted phase)", file=sys.stderr)
-                sys.exit(143 if name == "SIGTERM" else 130)
-            sys.exit(code or EXIT_OK)
+            run_command(func, _settings(as_json=as_json, state_dir=state_dir, debug=debug), params)
 
         return wrapper
 
     return decorate
 
 
-class CommandStopped(KeyboardInterrupt):
-    """SIGTERM (what `timeout` and service managers send) ends a command like Ctrl-C does."""
-
-    signal_name = "SIGTERM"
-
-
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
-    raise CommandStopped()
-
-
-def _exit_with_error(settings: _Settings, exc: BaseException) -> None:
-    """One line on stderr (a JSON error under --json) and exit 2 (or the error's own code)."""
-    import errno
-
-    from orchestrator.render import emit_error
-
-    if isinstance(exc, OSError) and not isinstance(exc, OrchestratorError):
-        if exc.errno != errno.ENAMETOOLONG:
-            raise exc
-        exc = UsageError(f"a name is longer than the file system allows: {str(exc.filename)[:80]!r}...")
-    if settings.debug:
-        import traceback
-
-        traceback.print_exc()
-    assert isinstance(exc, OrchestratorError)
-    emit_error(exc.code, exc.message.splitlines()[0] if exc.exit_code == EXIT_USAGE else exc.message,
-               as_json=settings.as_json)
-    sys.exit(exc.exit_code)
-
-
 class _Main(click.Group):
-    """The command group; click's own usage errors become one line (or a JSON error) and exit 2."""
+    """The command group; click's own usage errors become one line (or a JSON error) and exit 2.
+
+    Commands of other modules are registered the first time a name this file does not define is
+    looked up, or the whole list is shown (``--help``): the commands and the help are as before.
+    """
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            _register_plugins()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _register_plugins()
+        return super().list_commands(ctx)
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -164,7 +123,7 @@ def main(ctx: click.Context, as_json: bool, state_dir: str | None, debug: bool) 
     ctx.obj = {"as_json": as_json, "state_dir": state_dir, "debug": debug}
 
 
-def print_outcome(settings: _Settings, outcome: Any) -> int:
+def print_outcome(settings: Settings, outcome: Any) -> int:
     from orchestrator.render import emit_json, status_text, status_view
 
     if settings.as_json:
@@ -202,7 +161,7 @@ _EXTRA = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 @command(main, "start", context_settings=_EXTRA)
 @click.argument("workflow")
-def start_cmd(settings: _Settings, workflow: str) -> int:
+def start_cmd(settings: Settings, workflow: str) -> int:
     """Start a run of WORKFLOW; workflow options follow (see `orchestrator graph WORKFLOW`)."""
     from orchestrator import engine
 
@@ -219,7 +178,7 @@ def start_cmd(settings: _Settings, workflow: str) -> int:
 
 @command(main, "run", context_settings=_EXTRA)
 @click.argument("workflow")
-def run_cmd(settings: _Settings, workflow: str) -> int:
+def run_cmd(settings: Settings, workflow: str) -> int:
     """Start a run of WORKFLOW and advance it until it is done or waits."""
     from orchestrator import engine
 
@@ -234,7 +193,7 @@ def run_cmd(settings: _Settings, workflow: str) -> int:
 @command(main, "advance")
 @click.argument("run_id")
 @click.option("--max-phases", type=click.IntRange(min=1), default=None, help="Stop after N phase attempts.")
-def advance_cmd(settings: _Settings, run_id: str, max_phases: int | None) -> int:
+def advance_cmd(settings: Settings, run_id: str, max_phases: int | None) -> int:
     """Run phases until RUN is done or waits on an agent or a human."""
     from orchestrator import engine
 
@@ -250,7 +209,7 @@ def advance_cmd(settings: _Settings, run_id: str, max_phases: int | None) -> int
 @click.option("--waive", "waive", multiple=True, metavar="CODE",
               help="Waive a finding of the current phase (a person's call, recorded; needs --reason).")
 @click.option("--reason", default=None, metavar="TEXT", help="Why the waived finding does not block the run.")
-def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], results: str | None,
+def resume_cmd(settings: Settings, run_id: str, answers: tuple[str, ...], results: str | None,
                waive: tuple[str, ...], reason: str | None) -> int:
     """Answer pending questions of RUN (validated first), waive findings, hand back results, then advance."""
     from orchestrator import engine
@@ -271,61 +230,21 @@ def resume_cmd(settings: _Settings, run_id: str, answers: tuple[str, ...], resul
 
 @command(main, "status")
 @click.argument("run_id", required=False)
-def status_cmd(settings: _Settings, run_id: str | None) -> int:
+def status_cmd(settings: Settings, run_id: str | None) -> int:
     """Show one run, or all runs."""
-    from orchestrator.render import emit_json, status_text, status_view
-    from orchestrator.trail.snapshot import exit_code_for
-
-    if run_id is None:
-        return _print_runs(settings)
-    state = settings.store().read_state(run_id)
-    live = _jobs_now(state)
-    if settings.as_json:
-        emit_json({**status_view(state), **({"jobs": live} if live else {})})
-    else:
-        print(status_text(state) + "".join(f"\njob      {j['key']} (job {j['job_id']}): {j['state']} {j['reason']}"
-                                           for j in live))
-    return exit_code_for(state)
-
-
-def _jobs_now(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """A run waiting on cluster jobs: their states now (one squeue call)."""
-    from orchestrator.jobs import seen_now
-
-    return seen_now(state) if state.get("awaiting") == "job" else []
+    return status(settings, run_id)
 
 
 @command(main, "list")
-def list_cmd(settings: _Settings) -> int:
+def list_cmd(settings: Settings) -> int:
     """List all runs (one line each)."""
-    return _print_runs(settings)
-
-
-def _print_runs(settings: _Settings) -> int:
-    from orchestrator.render import emit_json, runs_table, status_view
-
-    store = settings.store()
-    states = [_state_or_broken(store, r) for r in store.list_run_ids()]
-    if settings.as_json:
-        emit_json({"runs": [status_view(s) for s in states]})
-    else:
-        print(runs_table(states))
-    return EXIT_OK
-
-
-def _state_or_broken(store: Any, run_id: str) -> dict[str, Any]:
-    """The run's state; a run whose trail cannot be read is listed as broken, not fatal to the list."""
-    try:
-        return store.read_state(run_id)
-    except OrchestratorError as exc:
-        return {"run_id": run_id, "workflow": "?", "phase": "?", "status": "broken", "awaiting": None,
-                "summary": exc.message.splitlines()[0]}
+    return print_runs(settings)
 
 
 @command(main, "show")
 @click.argument("run_id")
 @click.option("--events", "last_events", default=20, show_default=True, help="How many recent events.")
-def show_cmd(settings: _Settings, run_id: str, last_events: int) -> int:
+def show_cmd(settings: Settings, run_id: str, last_events: int) -> int:
     """Show RUN's whole snapshot and its most recent events."""
     import json
 
@@ -346,7 +265,7 @@ def show_cmd(settings: _Settings, run_id: str, last_events: int) -> int:
 @command(main, "abort")
 @click.argument("run_id")
 @click.option("--reason", required=True, help="Why the run stops (recorded).")
-def abort_cmd(settings: _Settings, run_id: str, reason: str) -> int:
+def abort_cmd(settings: Settings, run_id: str, reason: str) -> int:
     """Stop RUN for good, recording why."""
     from orchestrator import engine
 
@@ -355,7 +274,7 @@ def abort_cmd(settings: _Settings, run_id: str, reason: str) -> int:
 
 @command(main, "graph")
 @click.argument("workflow")
-def graph_cmd(settings: _Settings, workflow: str) -> int:
+def graph_cmd(settings: Settings, workflow: str) -> int:
     """Print WORKFLOW's phase graph as a mermaid flowchart."""
     from orchestrator.render import emit_json
     from orchestrator.workflow import load_workflow
@@ -370,11 +289,17 @@ def graph_cmd(settings: _Settings, workflow: str) -> int:
     return EXIT_OK
 
 
+_PLUGINS_LOADED: list[bool] = []
+
+
 def _register_plugins() -> None:
     """Commands that live in their own modules: submissions and the patch ledger, agent and mcp, and the
-    commands workflows add (registered beside the workflows in ``orchestrator.workflow``)."""
+    commands workflows add (registered beside the workflows in ``orchestrator.workflow``). Once per process."""
     import importlib
 
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED.append(True)
     from orchestrator.workflow import BUILTIN_COMMANDS
 
     for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "orchestrator.cli_trail", *BUILTIN_COMMANDS):
@@ -385,9 +310,4 @@ def _register_plugins() -> None:
                 raise
 
 
-_register_plugins()
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-__all__ = ["EXIT_USAGE", "main"]
+__all__ = ["DEFAULT_STATE_DIR", "EXIT_USAGE", "CommandStopped", "main"]

@@ -14,7 +14,7 @@ from typing import Any, Callable, TypeVar
 from pydantic import BaseModel
 
 from orchestrator.trail import events as ev
-from orchestrator.trail.store import OpenRun
+from orchestrator.trail.writer import OpenRun
 from orchestrator.templates_dir import templates_dir
 from orchestrator.worker import failure, run_worker
 

@@ -20,7 +20,8 @@ from orchestrator.context import EngineContext, json_safe
 from orchestrator.answers import validate_answer
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunFinished, UsageError, WorkerFailed
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
-from orchestrator.trail.store import OpenRun, RunStore, new_run_id
+from orchestrator.trail.store import RunStore, new_run_id
+from orchestrator.trail.writer import OpenRun
 from orchestrator.handback import read_results, record_handback
 from orchestrator.resume_report import AGENT_QUESTION_ONLY, wait_point, with_report
 from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiver, waived_codes

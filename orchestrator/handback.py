@@ -11,7 +11,7 @@ from typing import Any
 
 from orchestrator.context import EngineContext
 from orchestrator.errors import UsageError
-from orchestrator.trail.store import OpenRun
+from orchestrator.trail.writer import OpenRun
 from orchestrator.workflow import DONE, load_workflow
 
 

@@ -127,7 +127,7 @@ def drive(run_id: str, *, store: Any, client: Any, model: str = DEFAULT_MODEL, m
 def save_transcript(store: Any, run_id: str, log: dict[str, Any], *, secret: str | None) -> str:
     """Write the transcript as artifacts/agent/transcript-<time>.json (actor agent); returns its name."""
     from orchestrator.trail import events as ev
-    from orchestrator.trail.store import utc_now
+    from orchestrator.trail.writer import utc_now
 
     text = json.dumps(log, indent=1, sort_keys=True, default=str)
     if secret:

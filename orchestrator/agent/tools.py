@@ -253,7 +253,7 @@ def list_runs(args: ListRunsArgs, env: ToolEnv) -> ToolResult:
 
 
 def read_artifact(args: ReadArtifactArgs, env: ToolEnv) -> ToolResult:
-    from orchestrator.trail.store import ARTIFACTS, check_artifact_name
+    from orchestrator.trail.writer import ARTIFACTS, check_artifact_name
 
     state = env.store.read_state(args.run_id)
     name = check_artifact_name(args.name)

@@ -78,17 +78,21 @@ class AnchorWriter:
     """Signs heads into one run's anchor file: made atomically once, then rewritten in place.
 
     Each record is padded to ``RECORD_BYTES`` and written with one ``pwrite`` at offset 0 plus
-    ``fdatasync``: a torn record (power loss) fails its signature, which refuses the run rather
-    than trusting it.
+    ``fdatasync``: the file's size and blocks never change after the first record, so that sync
+    writes one block and no metadata (an appended heads file would commit the journal each write).
+    A torn record (power loss) fails its signature, which refuses the run rather than trusting it.
+    The key is loaded once per writer, and each record is the bytes ``head_record`` makes, formatted
+    from the parts that stay fixed for the run (``_RecordFormat``).
     """
 
     def __init__(self, run_id: str, genesis: str, signer: dict[str, Any] | None) -> None:
         self.run_id, self.genesis, self.signer = run_id, genesis, signer
         self.path = anchor_path(run_id, genesis)
         self._fd: int | None = None
+        self._format = _RecordFormat(run_id, genesis, signer)
 
     def write(self, head: Head, prev: Head | None) -> None:
-        record = head_record(self.run_id, self.genesis, head, prev, self.signer)
+        record = self._format.record(head, prev)
         if self._fd is None:
             if not self.path.exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -102,6 +106,37 @@ class AnchorWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class _RecordFormat:
+    """``head_record`` for one run without re-encoding what never changes (run id, genesis, key).
+
+    Only seqs (ints) and our own hex hashes vary, so plain formatting gives the same bytes as
+    ``json.dumps``; tests/test_trail_write_cost.py holds the two equal.
+    """
+
+    def __init__(self, run_id: str, genesis: str, signer: dict[str, Any] | None) -> None:
+        self._body = json.dumps([run_id, genesis], separators=(",", ":"))[:-1] + ","
+        self._head = json.dumps({"run_id": run_id, "genesis": genesis})[:-1] + ", "
+        if signer is not None:
+            self._sign = signing.signing_key().sign
+            self._tail = ', "key": ' + json.dumps(signer["public_key"]) + "}"
+        else:
+            self._sign = None
+            self._mac_key = signing.legacy_key(create=True)
+
+    def record(self, head: Head, prev: Head | None) -> bytes:
+        pair = "null" if prev is None else f'[{prev.seq},"{prev.hash}"]'
+        body = f'{self._body}{head.seq},"{head.hash}",{pair}]'.encode()
+        start = f'{self._head}"seq": {head.seq}, "hash": "{head.hash}", "prev": {pair.replace(",", ", ")}'
+        if self._sign is not None:
+            record = f'{start}, "sig": "{self._sign(body).hex()}"{self._tail}'
+        else:
+            import hashlib
+            import hmac
+
+            record = f'{start}, "mac": "{hmac.new(self._mac_key, body, hashlib.sha256).hexdigest()}"}}'
+        return record.encode().ljust(RECORD_BYTES)
 
 
 def read_anchor(run_id: str, genesis: str, signer: dict[str, Any] | None) -> Anchor:

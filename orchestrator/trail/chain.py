@@ -16,12 +16,31 @@ _HASH_MEMBER = b',"hash":"'
 _HASH_MEMBER_LEN = len(_HASH_MEMBER) + 64 + 1
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""``json.dumps`` with the canonical options, built once (dumps builds an encoder per call)."""
+
+
 def canonical_json(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return _CANONICAL.encode(obj).encode("utf-8")
 
 
 def chain_hash(prev_hash: str, event_without_hash: dict[str, Any]) -> str:
     return hashlib.sha256(prev_hash.encode("ascii") + canonical_json(event_without_hash)).hexdigest()
+
+
+def event_line(prev_hash: str, event_without_hash: dict[str, Any]) -> tuple[str, bytes]:
+    """The event's chain hash and its line as written (canonical JSON with ``"hash"``, then a newline).
+
+    One serialization serves both: the members whose keys sort before ``"hash"`` and those after
+    it are dumped apart, so the hashed bytes and the line differ only by the ``"hash"`` member
+    put between them (byte for byte what ``canonical_json`` of the whole event gives).
+    """
+    before = canonical_json({k: v for k, v in event_without_hash.items() if k < "hash"})[1:-1]
+    after = canonical_json({k: v for k, v in event_without_hash.items() if k > "hash"})[1:-1]
+    digest = hashlib.sha256(prev_hash.encode("ascii") + b"{" + b",".join(filter(None, (before, after))) + b"}"
+                            ).hexdigest()
+    member = b'"hash":"' + digest.encode("ascii") + b'"'
+    return digest, b"{" + b",".join(filter(None, (before, member, after))) + b"}\n"
 
 
 def line_hash(prev_hash: str, line: bytes) -> str | None:

@@ -118,6 +118,12 @@ def sign(body: bytes) -> str:
     return _private_key(create=True).sign(body).hex()
 
 
+def signing_key() -> Any:
+    """This anchor dir's Ed25519 private key (made on first use), loaded once per process: a writer
+    keeps it and calls its ``sign`` for every head."""
+    return _private_key(create=True)
+
+
 def verify(public_key: str, signature: str, body: bytes) -> bool:
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -129,10 +135,14 @@ def verify(public_key: str, signature: str, body: bytes) -> bool:
     return True
 
 
+def legacy_key(*, create: bool = False) -> bytes | None:
+    """The HMAC secret ``trail.key`` of runs made before Ed25519; None when there is none."""
+    return _read_or_make(anchor_dir() / LEGACY_KEY_NAME, create=create)
+
+
 def legacy_mac(body: bytes, *, create: bool = False) -> str | None:
     """HMAC-SHA256 under ``trail.key`` (runs made before Ed25519); None when there is no key."""
     import hmac
 
-    path = anchor_dir() / LEGACY_KEY_NAME
-    key = _read_or_make(path, create=create)
+    key = legacy_key(create=create)
     return None if key is None else hmac.new(key, body, hashlib.sha256).hexdigest()

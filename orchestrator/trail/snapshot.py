@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION
 from orchestrator.errors import EXIT_AGENT, EXIT_FAILED, EXIT_HUMAN, EXIT_JOB, EXIT_OK
 
 TERMINAL: frozenset[str] = frozenset({"done", "aborted"})
@@ -146,6 +145,8 @@ _REDUCERS = {
 
 def empty_state(run_id: str) -> dict[str, Any]:
     """The snapshot before any event (the shape ``snapshot_schema.RunSnapshot`` documents)."""
+    from orchestrator.trail.chain import GENESIS_HASH, SCHEMA_VERSION  # here: ``status`` loads no hashlib
+
     return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "workflow": "", "target": "", "options": {},
         "base": {}, "phase": "", "status": "running", "awaiting": None, "pending": [], "issues": [],

@@ -11,7 +11,6 @@ import contextlib
 import gc
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,8 @@ ARTIFACTS = "artifacts"
 
 def atomic_write(path: Path, content: bytes) -> None:
     """Write ``content`` to ``path`` so that readers see the old or the new file, never half."""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -1,0 +1,192 @@
+"""A run opened for writing: the only code that appends to events.jsonl and rewrites run.json.
+
+``RunStore.open_run`` makes an ``OpenRun`` under the run's file lock, after ``trail.verify`` has
+checked the log. Every write is one group commit, in this order (``OpenRun._commit``):
+
+1. the signed head for where the log will stand (``trail.anchor``): one ``pwrite`` in place and
+   one ``fdatasync``, durable before any byte of the new lines can reach the disk;
+2. the new lines, in one ``write`` and one ``fsync`` of the log.
+
+So after a crash the anchor names the log's last event, or one write further (its ``prev`` is where
+the log stood before that write): the inspector's ``decide`` marks it repairable, the next writer cuts
+off whatever part of it landed and records ``trail_repaired`` (when none of its lines landed there is
+nothing to cut, and the next write's head takes the place of the one announced). The reverse order
+would leave a log ahead of its anchor, which looks exactly like events appended by someone without
+the key, and is refused. run.json is rewritten atomically (temp file, fsync, rename) when a writer
+flushes or closes; a reader that finds it behind the log replays the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
+
+from orchestrator.errors import UsageError
+from orchestrator.trail.anchor import AnchorWriter, Head
+from orchestrator.trail.chain import SCHEMA_VERSION, event_line
+from orchestrator.trail.snapshot import apply_event
+from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, parse_trail
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def check_artifact_name(name: str) -> str:
+    """Artifact names are relative POSIX paths inside artifacts/ (no '..', not absolute)."""
+    pure = PurePosixPath(name)
+    if not name or pure.is_absolute() or ".." in pure.parts or name.startswith("~"):
+        raise UsageError(f"artifact name {name!r} must be a relative path inside artifacts/")
+    return str(pure)
+
+
+class OpenRun:
+    """A run opened for writing. Only ``RunStore.open_run`` (and ``create_run``) make one (lock held).
+
+    Every write is one group commit: the anchor first, then the lines in one ``write`` and one
+    ``fsync`` (module docstring). SIGINT/SIGTERM are held off while a write is in progress,
+    so the in-memory state and the log never part.
+    """
+
+    def __init__(self, run_dir: Path, state: dict[str, Any], *, genesis: str | None = None,
+                 signer: dict[str, Any] | None = None) -> None:
+        self.dir = run_dir
+        self.run_id = run_dir.name
+        self.state = state
+        self._genesis, self._signer = genesis, signer
+        self._durable = Head(seq=state["last_seq"], hash=state["chain_head"]) if state["last_seq"] >= 0 else None
+        self._batch: tuple[list[dict[str, Any]], list[bytes]] | None = None
+        self._anchor: AnchorWriter | None = None
+        self._fd = os.open(run_dir / EVENTS, os.O_WRONLY | os.O_APPEND)
+
+    def append(self, data: Any, *, actor: str = "engine", phase: str | None = None) -> dict[str, Any]:
+        """Append one event (``data`` is an events.* model), make it durable, fold it into the state."""
+        return self.append_many([data], actor=actor, phase=phase)[0]
+
+    def append_many(self, items: list[Any], *, actor: str = "engine", phase: str | None = None) -> list[dict[str, Any]]:
+        """Append several events as one write (group commit): all are durable on return."""
+        with signals_held():
+            events, lines = self._stage(items, actor=actor, phase=phase)
+            if self._batch is not None:
+                self._batch[0].extend(events)
+                self._batch[1].extend(lines)
+            else:
+                self._commit(events, lines)
+            for event in events:
+                apply_event(self.state, event)
+        return events
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Events appended inside land in one write, or none does (the state is rolled back)."""
+        import copy
+
+        if self._batch is not None:
+            yield
+            return
+        saved = copy.deepcopy(self.state)
+        self._batch = ([], [])
+        try:
+            yield
+            events, lines = self._batch
+            if events:
+                with signals_held():
+                    self._commit(events, lines)
+        except BaseException:
+            self.state.clear()
+            self.state.update(saved)
+            raise
+        finally:
+            self._batch = None
+
+    def _stage(self, items: list[Any], *, actor: str, phase: str | None) -> tuple[list[dict[str, Any]], list[bytes]]:
+        seq, prev = self.state["last_seq"], self.state["chain_head"]
+        if self._batch is not None and self._batch[0]:
+            seq, prev = self._batch[0][-1]["seq"], self._batch[0][-1]["hash"]
+        events, lines = [], []
+        for data in items:
+            seq += 1
+            event = {
+                "schema_version": SCHEMA_VERSION, "seq": seq, "ts": utc_now(), "run_id": self.run_id,
+                "type": data.type, "actor": actor, "phase": phase, "data": data.model_dump(mode="json"),
+                "prev_hash": prev,
+            }
+            try:
+                prev, line = event_line(prev, event)
+            except (ValueError, UnicodeEncodeError) as exc:
+                raise UsageError(f"event {data.type} cannot be recorded: {exc}") from None
+            event["hash"] = prev
+            lines.append(line)
+            events.append(event)
+        return events, lines
+
+    def _commit(self, events: list[dict[str, Any]], lines: list[bytes]) -> None:
+        """Anchor, then log (the order the module docstring explains); each durable before the next."""
+        head = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
+        genesis = self._genesis or events[0]["hash"]
+        if self._anchor is None:
+            self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
+        self._anchor.write(head, self._durable)
+        blob = memoryview(b"".join(lines))
+        while blob:
+            blob = blob[os.write(self._fd, blob):]
+        os.fsync(self._fd)
+        self._genesis, self._durable = genesis, head
+
+    def read_events(self) -> list[dict[str, Any]]:
+        """Every event of this run so far, those staged in an open ``atomic()`` batch included."""
+        return parse_trail(self.dir / EVENTS) + (list(self._batch[0]) if self._batch else [])
+
+    def write_artifact_file(self, name: str, content: str | bytes) -> tuple[str, str, int]:
+        """Write artifacts/<name> atomically; returns (name, sha256, size). Records nothing."""
+        import hashlib
+
+        name = check_artifact_name(name)
+        blob = content.encode("utf-8") if isinstance(content, str) else content
+        path = self.dir / ARTIFACTS / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, blob)
+        return name, hashlib.sha256(blob).hexdigest(), len(blob)
+
+    def artifact_path(self, name: str) -> Path:
+        return self.dir / ARTIFACTS / check_artifact_name(name)
+
+    def flush(self) -> None:
+        """Rewrite run.json from the in-memory state (atomic)."""
+        import json
+
+        atomic_write(self.dir / SNAPSHOT, json.dumps(self.state, indent=1, sort_keys=True).encode())
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            os.close(self._fd)
+            if self._anchor is not None:
+                self._anchor.close()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Delay SIGINT/SIGTERM (their Python handlers run after the block, never inside it)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def open_verified(run_dir: Path, verified: Any) -> OpenRun:
+    """The writer for a run ``trail.verify`` has checked; an unfinished write it found is repaired and recorded."""
+    run = OpenRun(run_dir, verified.state, genesis=verified.genesis, signer=verified.signer)
+    if verified.repair is not None:
+        run.append(verified.repair)
+        run.flush()
+    return run
