@@ -75,7 +75,8 @@ def test_the_offer_is_shown_before_submitting(target):
     assert "Exactly these are enabled" in described and "nothing is enabled by default" in described
     ctx = submit_ctx(target)
     ctx.target, ctx.run_id = target, "run-1"
-    ctx.results = {"rank": {"ranked": [], "stop": {"stop": False, "reason": "open"}}}
+    ctx.results = {"rank": {"ranked": [], "dropped": [], "tokens": 256,
+                           "stop": {"stop": False, "reason": "open", "threshold": 0.01}}}
     waiting = wait_for_agent(ctx)
     assert waiting.outcome == "needs_agent" and "swiglu" in waiting.data["regions_not_enabled"]
     assert "router" not in waiting.data["regions_not_enabled"]

@@ -78,7 +78,7 @@ def _as_ranked(item: dict[str, Any], layer_ms: float) -> Any:
 
 def ranking_line(rank: dict[str, Any]) -> str:
     """What the rank phase recorded: every op it ranked, those above the cut and those dropped under it."""
-    kept, dropped = len(rank["ranked"]), len(rank.get("dropped", []))
+    kept, dropped = len(rank["ranked"]), len(rank["dropped"])
     flagged = [f"{r['op']} {r['kept_because']}" for r in rank["ranked"] if r["kept_because"]]
     under = f" ({len(flagged)} of them kept under it: {', '.join(flagged)})" if flagged else ""
     return (f"rank recorded {kept + dropped} op(s) at {rank['tokens']} tokens: {kept} above the "
