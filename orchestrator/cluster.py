@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import job_files
 from orchestrator.errors import UsageError
 
 COMMANDS = ("sbatch", "squeue", "scancel")
@@ -24,6 +25,9 @@ SETTINGS = ("partition", "account", "time", "sbatch_args")
 LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                   "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "PREEMPTED"})
 """squeue states of a job that may still write results (PREEMPTED jobs are requeued)."""
+STOPPED = frozenset({"TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
+                     "REVOKED"})
+"""End states of a job SLURM stopped before its script ended: whatever it wrote is partial."""
 TIMEOUT_S = 60
 
 
@@ -46,6 +50,8 @@ class JobState:
     job_id: str
     state: str
     reason: str
+    exit_code: str = ""
+    source: str = "squeue"
 
     @property
     def live(self) -> bool:
@@ -87,12 +93,14 @@ def refusal(settings: Settings, *, gpus: int) -> str:
 def submit(settings: Settings, *, key: str, script: Path, results_dir: Path, gpus: int, array: str = "") -> str:
     """``sbatch`` the script under ``key`` (job name and comment); its id. Results go to ``results_dir``.
 
-    ``array``: a job array's index range (``0-7``), every task under the same key.
+    ``array``: a job array's index range (``0-7``), every task under the same key. The script runs
+    through ``job_files``' wrapper, which records its end in ``results_dir``.
     """
+    wrapper = job_files.write_wrapper(script, results_dir)
     wanted = ([f"--gpus-per-node={gpus}"] if gpus else []) + ([f"--array={array}"] if array else [])
     done = _run(["sbatch", "--parsable", f"--job-name={key}", f"--comment=orchestrator:{key}", "--nodes=1",
                  *wanted, *settings.args(), f"--output={results_dir}/slurm-%j.out",
-                 f"--export=ALL,RESULTS={results_dir}", str(script)])
+                 f"--export=ALL,RESULTS={results_dir}", str(wrapper)])
     if done.returncode != 0:
         raise SubmitFailed(done.stderr.strip().splitlines()[-1:] or [f"sbatch exit {done.returncode}"])
     return done.stdout.strip().split(";")[0]
@@ -126,13 +134,14 @@ class QueryFailed(Exception):
     """squeue did not answer (e.g. the controller is down): nothing can be concluded about any job."""
 
 
-def cancel(job_ids: list[str]) -> None:
-    if job_ids:
-        _run(["scancel", *job_ids])
+def cancel(jobs: list[tuple[str, str]]) -> None:
+    """scancel each (key, id): the id only while it is still under its key (ids are reused after a clean restart)."""
+    for key, job_id in jobs:
+        _run(["scancel", f"--name={key}", job_id])
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+def _run(command: list[str], *, timeout: int = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(command, 124, "", f"{command[0]} timed out after {TIMEOUT_S} s")
+        return subprocess.CompletedProcess(command, 124, "", f"{command[0]} timed out after {timeout} s")

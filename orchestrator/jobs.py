@@ -3,10 +3,14 @@
 Each job is a record of kind ``job`` (one per stage, merged by key):
 - ``intent``: key, results folder, GPUs; written (fsynced) before ``sbatch`` runs;
 - ``submitted``: the job id, after ``sbatch`` answered, or found again by key after a crash;
-- ``ended``: the final squeue state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) or GONE;
+- ``ended``: the end state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) and where it was read:
+  ``squeue``, else the job's own end record (``job_files``), else GONE;
 - ``lost``: an intent that left no trace (never accepted); the next attempt takes a new key.
 Keys are ``<base>-a<attempt>``, so a crash between submit and record finds the job again
-(``squeue --name=KEY``) instead of submitting twice.
+(``squeue --name=KEY``) instead of submitting twice. A job whose script has ended (its end
+record) while squeue shows it pending or running again (a controller that crashed right after
+starting it restarts from older state and relaunches it) is taken as ended, and the relaunch
+is cancelled: its script never runs twice.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator import cluster
+from orchestrator import cluster, job_files
 
 JOB = "job"
 
@@ -64,10 +68,10 @@ def ensure_submitted(ctx: Any, settings: cluster.Settings, *, base: str, script:
 
 
 def recover(ctx: Any, job: dict[str, Any]) -> bool:
-    """An intent without an id: find the job by key (squeue, then its output file); record it, or record it lost."""
+    """An intent without an id: find the job by key (squeue, then its files); record it, or record it lost."""
     found = cluster.lookup([job["key"]]).get(job["key"])
-    outputs = sorted(Path(job["results_dir"]).glob("slurm-*.out"))
-    job_id = found.job_id if found else outputs[-1].stem.removeprefix("slurm-") if outputs else ""
+    left = job_files.traces(Path(job["results_dir"]))
+    job_id = found.job_id if found else left[0] if left else ""
     if job_id:
         ctx.add_record(JOB, {"key": job["key"], "stage": "submitted", "job_id": job_id, "recovered": True})
         return True
@@ -80,28 +84,53 @@ def open_jobs(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def poll(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(still live, newly ended) among the open jobs, from one ``squeue`` call; QueryFailed when it cannot answer."""
+    """(still live, newly ended) among the open jobs, from one ``squeue`` call; QueryFailed when it cannot answer.
+
+    A job squeue no longer holds under its key and id is looked up in its files. An ended record
+    that carries ``relaunched`` names a copy squeue still shows although the job's script ended:
+    the caller cancels it.
+    """
     waiting = open_jobs(state)
     seen = cluster.lookup([j["key"] for j in waiting])
+    held = {j["key"]: seen[j["key"]] for j in waiting if j["key"] in seen and seen[j["key"]].job_id == j["job_id"]}
     live, ended = [], []
     for job in waiting:
-        now = seen.get(job["key"])
-        if now is not None and now.job_id == job["job_id"] and now.live:
-            live.append({**job, "state": now.state, "reason": now.reason})
-        elif now is not None and now.job_id == job["job_id"]:
-            ended.append({"key": job["key"], "stage": "ended", "state": now.state, "reason": now.reason})
+        told = held.get(job["key"])
+        end = end_of(job, told)
+        if end is None:
+            live.append({**job, "state": told.state, "reason": told.reason})
         else:
-            ended.append({"key": job["key"], "stage": "ended", "state": "GONE",
-                          "reason": "no longer known to squeue (ended more than MinJobAge ago, or the controller "
-                                    "lost it)"})
+            ended.append({"key": job["key"], "stage": "ended", **end})
     return live, ended
+
+
+def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any] | None:
+    """How ``job`` ended (None: still live) from what squeue ``told`` and from its own files.
+
+    The job's end record wins over a scheduler that shows it live or stopped: the script did end
+    (a controller restarted from older state relaunches or fails what already ran).
+    """
+    own = job_files.own_end(Path(job["results_dir"]), job["job_id"])
+    if told is not None and told.live:
+        return None if own is None else {**own, "relaunched": f"{told.state} ({told.reason})",
+                                         "reason": f"{own['reason']}; squeue shows it {told.state} again "
+                                                   f"({told.reason}): relaunched by a controller restarted "
+                                                   "from older state"}
+    if told is not None and (own is None or told.state not in cluster.STOPPED):
+        return {"state": told.state, "reason": told.reason, "source": told.source,
+                **({"exit_code": told.exit_code} if told.exit_code else {})}
+    if own is not None:
+        return {**own, "reason": own["reason"] + (f"; {told.source} says {told.state}" if told else "")}
+    return {"state": "GONE", "source": "none",
+            "reason": "squeue no longer knows it and it left no end record: stopped before its script ended "
+                      "(e.g. by a controller that restarted with empty state), or submitted before end records"}
 
 
 def cancel_open(state: dict[str, Any]) -> list[str]:
     """scancel every job of the run that has not ended; their ids."""
-    ids = [j["job_id"] for j in open_jobs(state)]
-    cluster.cancel(ids)
-    return ids
+    jobs = [(j["key"], j["job_id"]) for j in open_jobs(state)]
+    cluster.cancel(jobs)
+    return [job_id for _, job_id in jobs]
 
 
 def describe(job: dict[str, Any]) -> str:
@@ -122,7 +151,12 @@ def collect(run: Any, workflow: Any) -> str:
         return f"waiting (job): squeue did not answer ({exc}); run advance again once the controller is back"
     for record in ended:
         run.append(ev.RecordAdded(kind=JOB, record=record), phase=run.state["phase"])
-        hand_back(run, workflow, jobs_of(run.state)[record["key"]])
+        job = jobs_of(run.state)[record["key"]]
+        hand_back(run, workflow, job)
+        if record.get("relaunched"):
+            cluster.cancel([(job["key"], job["job_id"])])
+            run.append(ev.NoteAdded(kind="engine", text=f"scancel of {describe(job)}: squeue showed it "
+                                    f"{record['relaunched']} after its script had ended"), phase=run.state["phase"])
     return ("waiting (job): " + ", ".join(describe(j) for j in live)) if live else ""
 
 

@@ -71,7 +71,7 @@ def cancelled_row(ctx: EngineContext, run, paths: TrainerPaths, tmp_path: Path) 
     sleeper.chmod(0o755)
     row = Row(config="FSDP+EP", world_size=1)
     waiting = job_row(ctx, row, "shown", script=lambda: job_script(ctx, paths, [row], python=str(sleeper)))
-    cluster.cancel([waiting["job"]["job_id"]])
+    cluster.cancel([(waiting["job"]["key"], waiting["job"]["job_id"])])
     deadline = time.monotonic() + 60
     while jobs.collect(run, load_workflow("add-moe-model")) and time.monotonic() < deadline:
         time.sleep(0.5)
