@@ -9,17 +9,22 @@ that adds the job's own record of its end:
   written by the wrapper once the script has exited, atomically: the exit status. A job that
   SLURM stopped (time limit, ``scancel``, node failure, preemption) leaves none, since the
   wrapper is stopped with the script.
-- ``slurm-<id>.out``: the job's output (``--output``).
+- ``slurm-<id>.out`` (``--output``): slurmstepd writes ``*** JOB N ON NODE CANCELLED AT T DUE TO
+  TIME LIMIT ***`` (or ``PREEMPTION``, ``NODE FAILURE``, or no cause for ``scancel``) there when it
+  stops a job, so TIMEOUT is told from a failure with no scheduler to ask.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 WRAPPER = "orchestrator-job.sh"
+STOPPED_LINE = re.compile(r"\*\*\* JOB (\S+) ON (\S+) CANCELLED AT (\S+)(?: DUE TO ([A-Z ]+?))? \*\*\*")
+CAUSES = {None: "CANCELLED", "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
 
 
 def write_wrapper(script: Path, results_dir: Path) -> Path:
@@ -60,6 +65,22 @@ def own_end(results_dir: Path, job_id: str) -> dict[str, Any] | None:
         return None
     return {"state": "COMPLETED" if code == 0 else "FAILED", "reason": f"its script exited {code}",
             "exit_code": f"{code}:0", "source": path.name}
+
+
+def stopped_by_slurm(results_dir: Path, job_id: str) -> dict[str, Any] | None:
+    """TIMEOUT, CANCELLED, PREEMPTED or NODE_FAIL from slurmstepd's line in the job's output; None without one."""
+    path = Path(results_dir) / f"slurm-{job_id}.out"
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    found = list(STOPPED_LINE.finditer(text))
+    if not found:
+        return None
+    line = found[-1]
+    state = CAUSES.get(line.group(4), "CANCELLED")
+    return {"state": state, "reason": f"slurmstepd: cancelled at {line.group(3)}"
+            + (f" due to {line.group(4).lower()}" if line.group(4) else ""), "source": path.name}
 
 
 def traces(results_dir: Path) -> list[str]:

@@ -4,7 +4,9 @@ Each job is a record of kind ``job`` (one per stage, merged by key):
 - ``intent``: key, results folder, GPUs; written (fsynced) before ``sbatch`` runs;
 - ``submitted``: the job id, after ``sbatch`` answered, or found again by key after a crash;
 - ``ended``: the end state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) and where it was read:
-  ``squeue``, else the job's own end record (``job_files``), else GONE;
+  ``squeue``, else the job's own files (``job_files``: its end record, slurmstepd's line in its
+  output), else GONE. What a job SLURM stopped (TIMEOUT, CANCELLED, ...) wrote is not handed
+  back: it is partial, and the phase reports the stop as the cause;
 - ``lost``: an intent that left no trace (never accepted); the next attempt takes a new key.
 Keys are ``<base>-a<attempt>``, so a crash between submit and record finds the job again
 (``squeue --name=KEY``) instead of submitting twice. A job whose script has ended (its end
@@ -121,9 +123,10 @@ def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any]
                 **({"exit_code": told.exit_code} if told.exit_code else {})}
     if own is not None:
         return {**own, "reason": own["reason"] + (f"; {told.source} says {told.state}" if told else "")}
-    return {"state": "GONE", "source": "none",
-            "reason": "squeue no longer knows it and it left no end record: stopped before its script ended "
-                      "(e.g. by a controller that restarted with empty state), or submitted before end records"}
+    return job_files.stopped_by_slurm(Path(job["results_dir"]), job["job_id"]) or {
+        "state": "GONE", "source": "none",
+        "reason": "squeue no longer knows it and it left no end record: stopped before its script ended (e.g. by "
+                  "a controller that restarted with empty state), or submitted before end records"}
 
 
 def cancel_open(state: dict[str, Any]) -> list[str]:
@@ -152,7 +155,8 @@ def collect(run: Any, workflow: Any) -> str:
     for record in ended:
         run.append(ev.RecordAdded(kind=JOB, record=record), phase=run.state["phase"])
         job = jobs_of(run.state)[record["key"]]
-        hand_back(run, workflow, job)
+        if record["state"] not in cluster.STOPPED:  # what a stopped job wrote is partial: the phase reads its end
+            hand_back(run, workflow, job)
         if record.get("relaunched"):
             cluster.cancel([(job["key"], job["job_id"])])
             run.append(ev.NoteAdded(kind="engine", text=f"scancel of {describe(job)}: squeue showed it "

@@ -53,7 +53,7 @@ def test_rows_become_one_job_each_refused_sizes_stay_unrun(slurm_cluster, toy_re
             time.sleep(0.5)
         results = Path(jobs.jobs_of(run.state)[key]["results_dir"])
         cancelled = cancelled_row(ctx, run, paths, tmp_path)
-    assert cancelled["status"] == "FAIL" and cancelled["root_cause"] == "cluster job cancelled", cancelled
+    assert cancelled["status"] == "FAIL" and cancelled["root_cause"] == "cluster job CANCELLED", cancelled
     assert "CANCELLED" in cancelled["error"] and cancelled["job"]["job_id"] in cancelled["error"]
     assert (results / "FSDP.rc").read_text().strip() == "3"
     log = (results / "FSDP.log").read_text()
