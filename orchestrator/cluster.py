@@ -1,9 +1,12 @@
-"""SLURM through its own commands (``sbatch``, ``squeue``, ``scancel``): settings, checks, submit, one poll.
+"""SLURM through its own commands (``sbatch``, ``squeue``, ``scancel``; ``sacct`` where it works): settings,
+checks, submit, one poll.
 
 Knows nothing of workflows: a job is a key (its ``--job-name``), a script, a results folder and a
 GPU count. Settings come from options, else the environment (``ORCHESTRATOR_SLURM_PARTITION``,
 ``_ACCOUNT``, ``_TIME``, ``_SBATCH_ARGS``); nothing about a cluster is built in. Jobs are found by
-key, never by id alone: ids restart when a controller starts with empty state.
+key, never by id alone: ids restart when a controller starts with empty state. ``sacct`` is a
+best-effort second look for jobs ``squeue`` has forgotten; without accounting (no slurmdbd) it
+fails, and that failure is silent, asked once per process and never taken for a job's end.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ STOPPED = frozenset({"TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "OUT_OF_M
                      "REVOKED"})
 """End states of a job SLURM stopped before its script ended: whatever it wrote is partial."""
 TIMEOUT_S = 60
+SACCT_TIMEOUT_S = 10
+SACCT_FIELDS = ("JobIDRaw", "JobID", "JobName", "State", "ExitCode", "Reason")
+_sacct_failed: list[str] = []
+"""The first failure of ``sacct`` in this process (e.g. 'Slurm accounting storage is disabled'): not asked again."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,6 +139,42 @@ def lookup_all(keys: list[str]) -> list[tuple[str, JobState]]:
 
 class QueryFailed(Exception):
     """squeue did not answer (e.g. the controller is down): nothing can be concluded about any job."""
+
+
+def accounted(keys: list[str], *, since: str) -> dict[str, list[JobState]]:
+    """Best effort: what ``sacct`` holds under ``keys`` (jobs submitted after ``since``); {} where it does not work.
+
+    One call. Missing, failing (no accounting), or failed before in this process: {} with no
+    message and no retry, so a cluster without slurmdbd costs one ~20 ms call per command.
+    """
+    if not keys or _sacct_failed or shutil.which("sacct") is None:
+        return {}
+    done = _run(["sacct", "-X", "--noheader", "--parsable2", f"--format={','.join(SACCT_FIELDS)}",
+                 f"--name={','.join(keys)}", f"--starttime={since}"], timeout=SACCT_TIMEOUT_S)
+    if done.returncode != 0:
+        _sacct_failed.append((done.stderr.strip().splitlines() or [f"sacct exit {done.returncode}"])[-1])
+        return {}
+    return parse_sacct(done.stdout, keys)
+
+
+def parse_sacct(text: str, keys: list[str]) -> dict[str, list[JobState]]:
+    """``sacct -X --noheader --parsable2 --format=JobIDRaw,JobID,JobName,State,ExitCode,Reason`` lines by key.
+
+    ``JobID`` is squeue's form (``N``, ``N_i`` for an array task); ``State`` may carry more
+    words (``CANCELLED by 0``), which go to the reason; a name not in ``keys`` (sacct's transient
+    ``allocation``) is dropped.
+    """
+    found: dict[str, list[JobState]] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) != len(SACCT_FIELDS) or fields[2] not in keys:
+            continue
+        _raw, job_id, name, state, exit_code, reason = fields
+        words = state.split()
+        said = " ".join(w for w in [" ".join(words[1:]), "" if reason in ("", "None") else reason] if w)
+        found.setdefault(name, []).append(JobState(job_id=job_id, state=(words or ["UNKNOWN"])[0].rstrip("+"),
+                                                   reason=said, exit_code=exit_code, source="sacct"))
+    return found
 
 
 def cancel(jobs: list[tuple[str, str]]) -> None:

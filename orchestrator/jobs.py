@@ -1,12 +1,12 @@
 """A run's cluster jobs in its trail: the key is recorded before ``sbatch``, the id after, the end when seen.
 
 Each job is a record of kind ``job`` (one per stage, merged by key):
-- ``intent``: key, results folder, GPUs; written (fsynced) before ``sbatch`` runs;
+- ``intent``: key, results folder, GPUs, submission time; written (fsynced) before ``sbatch`` runs;
 - ``submitted``: the job id, after ``sbatch`` answered, or found again by key after a crash;
 - ``ended``: the end state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) and where it was read:
-  ``squeue``, else the job's own files (``job_files``: its end record, slurmstepd's line in its
-  output), else GONE. What a job SLURM stopped (TIMEOUT, CANCELLED, ...) wrote is not handed
-  back: it is partial, and the phase reports the stop as the cause;
+  ``squeue``, else ``sacct`` where accounting works, else the job's own files (``job_files``: its
+  end record, slurmstepd's line in its output), else GONE. What a job SLURM stopped (TIMEOUT,
+  CANCELLED, ...) wrote is not handed back: it is partial, and the phase reports the stop as the cause;
 - ``lost``: an intent that left no trace (never accepted); the next attempt takes a new key.
 Keys are ``<base>-a<attempt>``, so a crash between submit and record finds the job again
 (``squeue --name=KEY``) instead of submitting twice. A job whose script has ended (its end
@@ -17,6 +17,7 @@ is cancelled: its script never runs twice.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,8 @@ def ensure_submitted(ctx: Any, settings: cluster.Settings, *, base: str, script:
         return jobs_of(ctx.state)[key]
     results_dir = results_root / key
     results_dir.mkdir(parents=True, exist_ok=True)
-    ctx.add_record(JOB, {"key": key, "base": base, "stage": "intent", "results_dir": str(results_dir), "gpus": gpus})
+    ctx.add_record(JOB, {"key": key, "base": base, "stage": "intent", "results_dir": str(results_dir), "gpus": gpus,
+                         "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     try:
         job_id = cluster.submit(settings, key=key, script=script, results_dir=results_dir, gpus=gpus)
     except cluster.SubmitFailed as exc:
@@ -70,15 +72,21 @@ def ensure_submitted(ctx: Any, settings: cluster.Settings, *, base: str, script:
 
 
 def recover(ctx: Any, job: dict[str, Any]) -> bool:
-    """An intent without an id: find the job by key (squeue, then its files); record it, or record it lost."""
+    """An intent without an id: find the job by key (squeue, sacct, then its files); record it, or record it lost."""
     found = cluster.lookup([job["key"]]).get(job["key"])
+    counted = [] if found else cluster.accounted([job["key"]], since=since([job])).get(job["key"], [])
     left = job_files.traces(Path(job["results_dir"]))
-    job_id = found.job_id if found else left[0] if left else ""
+    job_id = found.job_id if found else counted[-1].job_id if counted else left[0] if left else ""
     if job_id:
         ctx.add_record(JOB, {"key": job["key"], "stage": "submitted", "job_id": job_id, "recovered": True})
         return True
     ctx.add_record(JOB, {"key": job["key"], "stage": "lost", "error": "no job under this key (never accepted)"})
     return False
+
+
+def since(jobs: list[dict[str, Any]]) -> str:
+    """sacct's ``--starttime`` for ``jobs``: the earliest intent (intents recorded without one: a week back)."""
+    return min((j["submitted_at"] for j in jobs if j.get("submitted_at")), default="now-7days")
 
 
 def open_jobs(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -88,16 +96,19 @@ def open_jobs(state: dict[str, Any]) -> list[dict[str, Any]]:
 def poll(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(still live, newly ended) among the open jobs, from one ``squeue`` call; QueryFailed when it cannot answer.
 
-    A job squeue no longer holds under its key and id is looked up in its files. An ended record
-    that carries ``relaunched`` names a copy squeue still shows although the job's script ended:
-    the caller cancels it.
+    A job squeue no longer holds under its key and id is looked up in sacct (one call for all,
+    best effort), then in its files. An ended record that carries ``relaunched`` names a copy
+    squeue still shows although the job's script ended: the caller cancels it.
     """
     waiting = open_jobs(state)
     seen = cluster.lookup([j["key"] for j in waiting])
     held = {j["key"]: seen[j["key"]] for j in waiting if j["key"] in seen and seen[j["key"]].job_id == j["job_id"]}
+    forgotten = [j for j in waiting if j["key"] not in held]
+    counted = cluster.accounted([j["key"] for j in forgotten], since=since(forgotten)) if forgotten else {}
     live, ended = [], []
     for job in waiting:
-        told = held.get(job["key"])
+        told = held.get(job["key"]) or next((r for r in reversed(counted.get(job["key"], []))
+                                             if r.job_id == job["job_id"] and not r.live), None)
         end = end_of(job, told)
         if end is None:
             live.append({**job, "state": told.state, "reason": told.reason})
@@ -107,7 +118,7 @@ def poll(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, An
 
 
 def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any] | None:
-    """How ``job`` ended (None: still live) from what squeue ``told`` and from its own files.
+    """How ``job`` ended (None: still live) from what squeue or sacct ``told`` and from its own files.
 
     The job's end record wins over a scheduler that shows it live or stopped: the script did end
     (a controller restarted from older state relaunches or fails what already ran).

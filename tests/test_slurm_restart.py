@@ -12,6 +12,7 @@ files, and the job was submitted once and its script ran once.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -23,7 +24,7 @@ from tests.slurm_kit import (  # noqa: F401  (fixture)
     Cluster, controller_down, logging_shims, own_controller, recorded_pids, resume_drained_node, running_controller,
     slurm_cluster, squeue_named,
 )
-from tests.test_slurm_jobs import advance_until_settled, job_records, orch, start
+from tests.test_slurm_jobs import advance_until_settled, events, job_records, orch, start
 
 RESTARTS = {"crash, then its saved state": (signal.SIGKILL, "keep"),
             "stop, then a clean start": (signal.SIGTERM, "clean")}
@@ -35,7 +36,7 @@ def test_a_controller_restart_mid_run_is_reported_then_survived_with_one_submiss
     sig, then = RESTARTS[restart]
     own_controller(slurm_cluster)
     calls = tmp_path / "calls.log"
-    env = {"PATH": f"{logging_shims(tmp_path / 'bin', calls, ('sbatch',))}:{os.environ['PATH']}"}
+    env = {"PATH": f"{logging_shims(tmp_path / 'bin', calls, ('sbatch', 'sacct'))}:{os.environ['PATH']}"}
     run_id = start(state_dir, toy_repo, 'echo run >> "$RESULTS/runs.txt"; sleep 4')
     assert orch("advance", run_id, state_dir=state_dir, env=env).returncode == 5
     [intent, submitted] = job_records(state_dir, run_id)
@@ -54,7 +55,7 @@ def test_a_controller_restart_mid_run_is_reported_then_survived_with_one_submiss
         assert done.returncode == 0, done.stdout + done.stderr
         ended = job_records(state_dir, run_id)[-1]
         assert ended["stage"] == "ended" and ended["state"] == "COMPLETED", ended
-        assert ended["source"] == f"end-{job_id}.json", "squeue has no true record of it"
+        assert ended["source"] == f"end-{job_id}.json", "squeue has no true record of it; sacct does not work here"
         deadline = time.monotonic() + 30
         while any(line.split("|")[1] in ("PENDING", "RUNNING") for line in squeue_named(key)):
             assert time.monotonic() < deadline, squeue_named(key)
@@ -65,6 +66,10 @@ def test_a_controller_restart_mid_run_is_reported_then_survived_with_one_submiss
     assert [c for c in logged if c.startswith("sbatch") and f"--job-name={key}" in c] and \
         len([c for c in logged if c.startswith("sbatch ")]) == 1, "submitted once"
     assert (results / "runs.txt").read_text() == "run\n", "its script ran once"
+    per_command = [c.split()[1] for c in logged if c.startswith("sacct ")]
+    assert all(per_command.count(p) == 1 for p in per_command), "sacct asked at most once per command"
+    trail = json.dumps(events(state_dir, run_id))
+    assert "sacct" not in trail and "accounting" not in trail, "its failure is recorded nowhere"
     assert orch("audit", run_id, "--no-anchor", state_dir=state_dir).returncode == 0
 
 
