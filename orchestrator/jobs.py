@@ -148,7 +148,10 @@ def cancel_open(state: dict[str, Any]) -> list[str]:
 
 
 def describe(job: dict[str, Any]) -> str:
-    return f"{job['key']} (job {job.get('job_id') or '?'}{', ' + job['state'] if job.get('state') else ''})"
+    """``KEY (job ID, STATE)``; a job SLURM holds ('launch failed requeued held' after a refused launch) says so."""
+    reason = job.get("reason") or ""
+    held = f": {reason}; SLURM holds it until a person releases it" if "held" in reason.lower() else ""
+    return f"{job['key']} (job {job.get('job_id') or '?'}{', ' + job['state'] if job.get('state') else ''}{held})"
 
 
 def collect(run: Any, workflow: Any) -> str:

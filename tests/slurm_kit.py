@@ -139,17 +139,34 @@ def alive(pid: int) -> bool:
 
 def resume_drained_node() -> None:
     """A node the controller drained (e.g. 'Duplicate jobid' after relaunching a job that had run) back in service,
-    as an administrator would, and idle again for the next test."""
-    deadline = time.monotonic() + 60
-    while True:
+    as an administrator would."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
         nodes = [line.split("|") for line in subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T"], capture_output=True,
                                                             text=True, timeout=30).stdout.split()]
-        if all(state == "idle" for _, state in nodes) or time.monotonic() > deadline:
+        drained = [node for node, state in nodes if "drain" in state]
+        if not drained:
             return
-        for node, state in nodes:
-            if "drain" in state:
-                subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30, check=False)
+        for node in drained:
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30, check=False)
         time.sleep(0.5)
+
+
+def use_up_ids_through(job_id: str) -> None:
+    """Submit (held) and cancel throwaway jobs until the controller hands out an id above ``job_id``.
+
+    A controller that restarts from state older than a job forgets the job and hands its id out
+    again, while the node may still hold the old job's step (slurmstepd retries its completion
+    for minutes): a new job under that id is refused ('Duplicate jobid'), held, and the node
+    drained. Tests after a crash must not meet that id.
+    """
+    for _ in range(100):
+        done = subprocess.run(["sbatch", "--parsable", "--hold", "--job-name=kit-use-up-id", "--wrap", "true"],
+                              capture_output=True, text=True, timeout=30, check=True)
+        given = done.stdout.strip().split(";")[0]
+        subprocess.run(["scancel", "--name=kit-use-up-id", given], timeout=30, check=False)
+        if int(given) > int(job_id):
+            return
 
 
 def logging_shims(folder: Path, log: Path, commands: tuple[str, ...]) -> Path:

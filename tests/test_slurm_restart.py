@@ -1,13 +1,15 @@
 """A slurmctld restart while a run waits on its job: the real controller of tests/slurm_kit, stopped by its PID.
 
-Two restarts: a crash (SIGKILL right after the job started) and a start again from the saved
+Two restarts. A crash (SIGKILL right after the job started) and a start again from the saved
 state, as a cluster's restart does: that state predates the job's start, so the controller shows
 the job PENDING again and would relaunch it although it has run (slurmd refuses it, drains the
 node 'Duplicate jobid' and the job stays 'launch failed requeued held': before this engine read
-the job's end record it waited on that forever); and a stop (SIGTERM) and a clean start as
-.ci/slurm-up does it (-c), which forgets every job. Both times `advance` says the controller does
-not answer (exit 5) while it is down, the run completes once it is back, from the job's own
-files, and the job was submitted once and its script ran once.
+the job's end record it waited on that forever), or even its submission, so the job is forgotten
+and its id handed out again (which one SLURM's timing decides; tests/test_slurm_job_files.py builds
+each). And a stop (SIGTERM) and a clean start as .ci/slurm-up does it (-c), which forgets every
+job. Both times `advance` says the controller does not answer (exit 5) while it is down, the run
+completes once it is back, from the job's own files, and the job was submitted once and its
+script ran once.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest
 
 from tests.slurm_kit import (  # noqa: F401  (fixture)
     Cluster, controller_down, logging_shims, own_controller, recorded_pids, resume_drained_node, running_controller,
-    slurm_cluster, squeue_named,
+    slurm_cluster, squeue_named, use_up_ids_through,
 )
 from tests.test_slurm_jobs import advance_until_settled, events, job_records, orch, start
 
@@ -62,6 +64,7 @@ def test_a_controller_restart_mid_run_is_reported_then_survived_with_one_submiss
             time.sleep(0.5)
     finally:
         resume_drained_node()
+        use_up_ids_through(job_id)
     logged = calls.read_text().splitlines()
     assert [c for c in logged if c.startswith("sbatch") and f"--job-name={key}" in c] and \
         len([c for c in logged if c.startswith("sbatch ")]) == 1, "submitted once"
