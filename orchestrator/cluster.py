@@ -28,6 +28,8 @@ SETTINGS = ("partition", "account", "time", "sbatch_args")
 LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                   "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "PREEMPTED"})
 """squeue states of a job that may still write results (PREEMPTED jobs are requeued)."""
+QUEUED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+"""Live states of a job waiting to (re)start: one whose script has already ended is a relaunch."""
 STOPPED = frozenset({"TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
                      "REVOKED"})
 """End states of a job SLURM stopped before its script ended: whatever it wrote is partial."""

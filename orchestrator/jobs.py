@@ -10,7 +10,7 @@ Each job is a record of kind ``job`` (one per stage, merged by key):
 - ``lost``: an intent that left no trace (never accepted); the next attempt takes a new key.
 Keys are ``<base>-a<attempt>``, so a crash between submit and record finds the job again
 (``squeue --name=KEY``) instead of submitting twice. A job whose script has ended (its end
-record) while squeue shows it pending or running again (a controller that crashed right after
+record) while squeue shows it queued again (a controller that crashed right after
 starting it restarts from older state and relaunches it) is taken as ended, and the relaunch
 is cancelled: its script never runs twice.
 """
@@ -120,15 +120,16 @@ def poll(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, An
 def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any] | None:
     """How ``job`` ended (None: still live) from what squeue or sacct ``told`` and from its own files.
 
-    The job's end record wins over a scheduler that shows it live or stopped: the script did end
-    (a controller restarted from older state relaunches or fails what already ran).
+    The job's end record wins over a scheduler that shows it queued again or stopped: the script
+    did end (a controller restarted from older state relaunches or fails what already ran).
     """
     own = job_files.own_end(Path(job["results_dir"]), job["job_id"])
-    if told is not None and told.live:
-        return None if own is None else {**own, "relaunched": f"{told.state} ({told.reason})",
-                                         "reason": f"{own['reason']}; squeue shows it {told.state} again "
-                                                   f"({told.reason}): relaunched by a controller restarted "
-                                                   "from older state"}
+    if told is not None and told.live:  # RUNNING or COMPLETING with an end record: the job is just ending
+        if own is None or told.state not in cluster.QUEUED:
+            return None
+        return {**own, "relaunched": f"{told.state} ({told.reason})",
+                "reason": f"{own['reason']}; squeue shows it {told.state} again ({told.reason}): relaunched by a "
+                          "controller restarted from older state"}
     if told is not None and (own is None or told.state not in cluster.STOPPED):
         return {"state": told.state, "reason": told.reason, "source": told.source,
                 **({"exit_code": told.exit_code} if told.exit_code else {})}

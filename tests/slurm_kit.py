@@ -162,8 +162,10 @@ def use_up_ids_through(job_id: str) -> None:
     """
     for _ in range(100):
         done = subprocess.run(["sbatch", "--parsable", "--hold", "--job-name=kit-use-up-id", "--wrap", "true"],
-                              capture_output=True, text=True, timeout=30, check=True)
+                              capture_output=True, text=True, timeout=30)
         given = done.stdout.strip().split(";")[0]
+        if done.returncode != 0 or not given.isdigit():
+            return  # no controller to ask (the test failed with it down): nothing to use up
         subprocess.run(["scancel", "--name=kit-use-up-id", given], timeout=30, check=False)
         if int(given) > int(job_id):
             return

@@ -49,7 +49,7 @@ def job(tmp_path: Path, *, ended: bool) -> dict:
     return {"key": "orch-x-a1", "job_id": "7", "results_dir": str(tmp_path)}
 
 
-def test_the_jobs_end_record_wins_over_a_relaunch_or_a_stop_squeue_shows_and_squeue_wins_otherwise(tmp_path):
+def test_the_jobs_end_record_wins_over_a_relaunch_or_a_stop_squeue_shows_and_a_job_ending_is_waited_on(tmp_path):
     held = JobState(job_id="7", state="PENDING", reason="launch failed requeued held")
     assert jobs.end_of(job(tmp_path / "a", ended=False), held) is None
     (tmp_path / "b").mkdir()
@@ -58,6 +58,7 @@ def test_the_jobs_end_record_wins_over_a_relaunch_or_a_stop_squeue_shows_and_squ
     failed_by_confusion = jobs.end_of(job(tmp_path / "b", ended=True), JobState(job_id="7", state="NODE_FAIL",
                                                                               reason=""))
     assert failed_by_confusion["state"] == "COMPLETED" and "squeue says NODE_FAIL" in failed_by_confusion["reason"]
+    assert jobs.end_of(job(tmp_path / "b", ended=True), JobState(job_id="7", state="COMPLETING", reason="")) is None
     oom = jobs.end_of(job(tmp_path, ended=False), JobState(job_id="7", state="OUT_OF_MEMORY", reason="OutOfMemory"))
     assert (oom["state"], oom["source"]) == ("OUT_OF_MEMORY", "squeue")
     assert jobs.end_of(job(tmp_path, ended=False), None)["state"] == "GONE"
