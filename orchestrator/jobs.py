@@ -1,20 +1,27 @@
 """A run's cluster jobs in its trail: the key is recorded before ``sbatch``, the id after, the end when seen.
 
 Each job is a record of kind ``job`` (one per stage, merged by key):
-- ``intent``: key, results folder, GPUs; written (fsynced) before ``sbatch`` runs;
+- ``intent``: key, results folder, GPUs, submission time; written (fsynced) before ``sbatch`` runs;
 - ``submitted``: the job id, after ``sbatch`` answered, or found again by key after a crash;
-- ``ended``: the final squeue state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) or GONE;
+- ``ended``: the end state (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) and where it was read:
+  ``squeue``, else ``sacct`` where accounting works, else the job's own files (``job_files``: its
+  end record, slurmstepd's line in its output), else GONE. What a job SLURM stopped (TIMEOUT,
+  CANCELLED, ...) wrote is not handed back: it is partial, and the phase reports the stop as the cause;
 - ``lost``: an intent that left no trace (never accepted); the next attempt takes a new key.
 Keys are ``<base>-a<attempt>``, so a crash between submit and record finds the job again
-(``squeue --name=KEY``) instead of submitting twice.
+(``squeue --name=KEY``) instead of submitting twice. A job whose script has ended (its end
+record) while squeue shows it queued again (a controller that crashed right after
+starting it restarts from older state and relaunches it) is taken as ended, and the relaunch
+is cancelled: its script never runs twice.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator import cluster
+from orchestrator import cluster, job_files
 
 JOB = "job"
 
@@ -52,7 +59,8 @@ def ensure_submitted(ctx: Any, settings: cluster.Settings, *, base: str, script:
         return jobs_of(ctx.state)[key]
     results_dir = results_root / key
     results_dir.mkdir(parents=True, exist_ok=True)
-    ctx.add_record(JOB, {"key": key, "base": base, "stage": "intent", "results_dir": str(results_dir), "gpus": gpus})
+    ctx.add_record(JOB, {"key": key, "base": base, "stage": "intent", "results_dir": str(results_dir), "gpus": gpus,
+                         "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     try:
         job_id = cluster.submit(settings, key=key, script=script, results_dir=results_dir, gpus=gpus)
     except cluster.SubmitFailed as exc:
@@ -64,10 +72,11 @@ def ensure_submitted(ctx: Any, settings: cluster.Settings, *, base: str, script:
 
 
 def recover(ctx: Any, job: dict[str, Any]) -> bool:
-    """An intent without an id: find the job by key (squeue, then its output file); record it, or record it lost."""
+    """An intent without an id: find the job by key (squeue, sacct, then its files); record it, or record it lost."""
     found = cluster.lookup([job["key"]]).get(job["key"])
-    outputs = sorted(Path(job["results_dir"]).glob("slurm-*.out"))
-    job_id = found.job_id if found else outputs[-1].stem.removeprefix("slurm-") if outputs else ""
+    counted = [] if found else cluster.accounted([job["key"]], since=since([job])).get(job["key"], [])
+    left = job_files.traces(Path(job["results_dir"]))
+    job_id = found.job_id if found else counted[-1].job_id if counted else left[0] if left else ""
     if job_id:
         ctx.add_record(JOB, {"key": job["key"], "stage": "submitted", "job_id": job_id, "recovered": True})
         return True
@@ -75,37 +84,75 @@ def recover(ctx: Any, job: dict[str, Any]) -> bool:
     return False
 
 
+def since(jobs: list[dict[str, Any]]) -> str:
+    """sacct's ``--starttime`` for ``jobs``: the earliest intent (intents recorded without one: a week back)."""
+    return min((j["submitted_at"] for j in jobs if j.get("submitted_at")), default="now-7days")
+
+
 def open_jobs(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [j for j in jobs_of(state).values() if j["stage"] == "submitted"]
 
 
 def poll(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(still live, newly ended) among the open jobs, from one ``squeue`` call; QueryFailed when it cannot answer."""
+    """(still live, newly ended) among the open jobs, from one ``squeue`` call; QueryFailed when it cannot answer.
+
+    A job squeue no longer holds under its key and id is looked up in sacct (one call for all,
+    best effort), then in its files. An ended record that carries ``relaunched`` names a copy
+    squeue still shows although the job's script ended: the caller cancels it.
+    """
     waiting = open_jobs(state)
     seen = cluster.lookup([j["key"] for j in waiting])
+    held = {j["key"]: seen[j["key"]] for j in waiting if j["key"] in seen and seen[j["key"]].job_id == j["job_id"]}
+    forgotten = [j for j in waiting if j["key"] not in held]
+    counted = cluster.accounted([j["key"] for j in forgotten], since=since(forgotten)) if forgotten else {}
     live, ended = [], []
     for job in waiting:
-        now = seen.get(job["key"])
-        if now is not None and now.job_id == job["job_id"] and now.live:
-            live.append({**job, "state": now.state, "reason": now.reason})
-        elif now is not None and now.job_id == job["job_id"]:
-            ended.append({"key": job["key"], "stage": "ended", "state": now.state, "reason": now.reason})
+        told = held.get(job["key"]) or next((r for r in reversed(counted.get(job["key"], []))
+                                             if r.job_id == job["job_id"] and not r.live), None)
+        end = end_of(job, told)
+        if end is None:
+            live.append({**job, "state": told.state, "reason": told.reason})
         else:
-            ended.append({"key": job["key"], "stage": "ended", "state": "GONE",
-                          "reason": "no longer known to squeue (ended more than MinJobAge ago, or the controller "
-                                    "lost it)"})
+            ended.append({"key": job["key"], "stage": "ended", **end})
     return live, ended
+
+
+def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any] | None:
+    """How ``job`` ended (None: still live) from what squeue or sacct ``told`` and from its own files.
+
+    The job's end record wins over a scheduler that shows it queued again or stopped: the script
+    did end (a controller restarted from older state relaunches or fails what already ran).
+    """
+    own = job_files.own_end(Path(job["results_dir"]), job["job_id"])
+    if told is not None and told.live:  # RUNNING or COMPLETING with an end record: the job is just ending
+        if own is None or told.state not in cluster.QUEUED:
+            return None
+        return {**own, "relaunched": f"{told.state} ({told.reason})",
+                "reason": f"{own['reason']}; squeue shows it {told.state} again ({told.reason}): relaunched by a "
+                          "controller restarted from older state"}
+    if told is not None and (own is None or told.state not in cluster.STOPPED):
+        return {"state": told.state, "reason": told.reason, "source": told.source,
+                **({"exit_code": told.exit_code} if told.exit_code else {})}
+    if own is not None:
+        return {**own, "reason": own["reason"] + (f"; {told.source} says {told.state}" if told else "")}
+    return job_files.stopped_by_slurm(Path(job["results_dir"]), job["job_id"]) or {
+        "state": "GONE", "source": "none",
+        "reason": "squeue no longer knows it and it left no end record: stopped before its script ended (e.g. by "
+                  "a controller that restarted with empty state), or submitted before end records"}
 
 
 def cancel_open(state: dict[str, Any]) -> list[str]:
     """scancel every job of the run that has not ended; their ids."""
-    ids = [j["job_id"] for j in open_jobs(state)]
-    cluster.cancel(ids)
-    return ids
+    jobs = [(j["key"], j["job_id"]) for j in open_jobs(state)]
+    cluster.cancel(jobs)
+    return [job_id for _, job_id in jobs]
 
 
 def describe(job: dict[str, Any]) -> str:
-    return f"{job['key']} (job {job.get('job_id') or '?'}{', ' + job['state'] if job.get('state') else ''})"
+    """``KEY (job ID, STATE)``; a job SLURM holds ('launch failed requeued held' after a refused launch) says so."""
+    reason = job.get("reason") or ""
+    held = f": {reason}; SLURM holds it until a person releases it" if "held" in reason.lower() else ""
+    return f"{job['key']} (job {job.get('job_id') or '?'}{', ' + job['state'] if job.get('state') else ''}{held})"
 
 
 def collect(run: Any, workflow: Any) -> str:
@@ -122,7 +169,13 @@ def collect(run: Any, workflow: Any) -> str:
         return f"waiting (job): squeue did not answer ({exc}); run advance again once the controller is back"
     for record in ended:
         run.append(ev.RecordAdded(kind=JOB, record=record), phase=run.state["phase"])
-        hand_back(run, workflow, jobs_of(run.state)[record["key"]])
+        job = jobs_of(run.state)[record["key"]]
+        if record["state"] not in cluster.STOPPED:  # what a stopped job wrote is partial: the phase reads its end
+            hand_back(run, workflow, job)
+        if record.get("relaunched"):
+            cluster.cancel([(job["key"], job["job_id"])])
+            run.append(ev.NoteAdded(kind="engine", text=f"scancel of {describe(job)}: squeue showed it "
+                                    f"{record['relaunched']} after its script had ended"), phase=run.state["phase"])
     return ("waiting (job): " + ", ".join(describe(j) for j in live)) if live else ""
 
 

@@ -4,15 +4,19 @@
 one with ``.ci/slurm-up``); otherwise it starts one itself with ``.ci/slurm-up`` and stops
 exactly those daemons with ``.ci/slurm-down`` at the end. Where SLURM cannot start (not root,
 no apt-get, a daemon that will not come up) the tests skip with slurm-up's own reason.
-Nothing here mocks ``sbatch`` or ``squeue``.
+Nothing here mocks ``sbatch`` or ``squeue``. ``controller_down`` stops the real slurmctld by
+its PID and starts it again with ``.ci/slurm-up --controller``, which updates the PIDs file.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
-from dataclasses import dataclass
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -26,6 +30,8 @@ class Cluster:
     partition: str
     gpus: int
     """Fake GPUs on the one node: a job asking for more is refused at submit."""
+    pids_file: Path | None = None
+    """slurm-up's record of the daemons it started (``SLURM_PIDS_FILE``), which slurm-down stops."""
 
 
 def answering() -> Cluster | None:
@@ -55,11 +61,11 @@ def start_own(pids_file: Path) -> Cluster:
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     running = answering()
     if running is not None:
-        yield running
+        yield replace(running, pids_file=Path(os.environ.get("SLURM_PIDS_FILE", "/run/orchestrator-slurm.pids")))
         return
     pids_file = tmp_path_factory.mktemp("slurm") / "daemons.pids"
     try:
-        yield start_own(pids_file)
+        yield replace(start_own(pids_file), pids_file=pids_file)
     finally:
         if pids_file.exists():
             subprocess.run([str(ROOT / ".ci" / "slurm-down")], env={**os.environ, "SLURM_PIDS_FILE": str(pids_file)},
@@ -81,4 +87,95 @@ def sbatch_that_kills_its_caller(folder: Path) -> Path:
     (folder / "sbatch").write_text(f"#!/bin/bash\nout=$({real} \"$@\"); rc=$?\necho \"$out\"\n"
                                    "case \" $* \" in *' --parsable '*) kill -9 $PPID;; esac\nexit $rc\n")
     (folder / "sbatch").chmod(0o755)
+    return folder
+
+
+def recorded_pids(cluster: Cluster) -> dict[str, int]:
+    """Daemon name -> PID, as slurm-up's PIDs file names them ({} without one)."""
+    path = cluster.pids_file
+    lines = path.read_text().splitlines() if path is not None and path.is_file() else []
+    return {name: int(pid) for name, pid in (line.split() for line in lines if line.strip())}
+
+
+def running_controller() -> int:
+    path = Path("/run/slurmctld.pid")
+    return int(path.read_text().strip() or 0) if path.is_file() else 0
+
+
+def own_controller(cluster: Cluster) -> int:
+    """The running slurmctld's PID when slurm-up started it (its PIDs file names it); else the test skips."""
+    pid = recorded_pids(cluster).get("slurmctld", 0)
+    if not pid or pid != running_controller():
+        pytest.skip("the controller that answers was not started by .ci/slurm-up (its PIDs file does not name it)")
+    return pid
+
+
+@contextmanager
+def controller_down(cluster: Cluster, *, sig: signal.Signals, then: str) -> Iterator[None]:
+    """slurmctld stopped by its PID (SIGTERM: a stop, SIGKILL: a crash) for the body, then started again with
+    ``.ci/slurm-up --controller THEN`` (``keep``: its saved state; ``clean``: none, as slurm-up starts it).
+
+    Only a controller slurm-up started and its PIDs file names is touched; otherwise the test skips.
+    """
+    pid = own_controller(cluster)
+    os.kill(pid, sig)
+    deadline = time.monotonic() + 60
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        yield
+    finally:
+        env = {**os.environ, "SLURM_PIDS_FILE": str(cluster.pids_file)}
+        subprocess.run([str(ROOT / ".ci" / "slurm-up"), "--controller", then], env=env, timeout=120, check=True,
+                       capture_output=True, text=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def resume_drained_node() -> None:
+    """A node the controller drained (e.g. 'Duplicate jobid' after relaunching a job that had run) back in service,
+    as an administrator would."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        nodes = [line.split("|") for line in subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T"], capture_output=True,
+                                                            text=True, timeout=30).stdout.split()]
+        drained = [node for node, state in nodes if "drain" in state]
+        if not drained:
+            return
+        for node in drained:
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30, check=False)
+        time.sleep(0.5)
+
+
+def use_up_ids_through(job_id: str) -> None:
+    """Submit (held) and cancel throwaway jobs until the controller hands out an id above ``job_id``.
+
+    A controller that restarts from state older than a job forgets the job and hands its id out
+    again, while the node may still hold the old job's step (slurmstepd retries its completion
+    for minutes): a new job under that id is refused ('Duplicate jobid'), held, and the node
+    drained. Tests after a crash must not meet that id.
+    """
+    for _ in range(100):
+        done = subprocess.run(["sbatch", "--parsable", "--hold", "--job-name=kit-use-up-id", "--wrap", "true"],
+                              capture_output=True, text=True, timeout=30)
+        given = done.stdout.strip().split(";")[0]
+        if done.returncode != 0 or not given.isdigit():
+            return  # no controller to ask (the test failed with it down): nothing to use up
+        subprocess.run(["scancel", "--name=kit-use-up-id", given], timeout=30, check=False)
+        if int(given) > int(job_id):
+            return
+
+
+def logging_shims(folder: Path, log: Path, commands: tuple[str, ...]) -> Path:
+    """A folder for PATH whose ``commands`` each log one line (``NAME PPID ARGS``) to ``log``, then run the real one."""
+    folder.mkdir()
+    for name in commands:
+        real = shutil.which(name)
+        (folder / name).write_text(f"#!/bin/bash\necho \"{name} $PPID $*\" >> {log}\nexec {real} \"$@\"\n")
+        (folder / name).chmod(0o755)
     return folder

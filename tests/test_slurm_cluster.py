@@ -12,7 +12,7 @@ from tests.slurm_kit import Cluster, squeue_named, slurm_cluster  # noqa: F401  
 def test_fake_gpus_are_scheduled_and_oversized_jobs_refused(slurm_cluster: Cluster, tmp_path: Path) -> None:
     gpus = slurm_cluster.gpus
     assert gpus >= 1, "slurm-up gives the node fake GPUs"
-    name = f"kit-{tmp_path.name}"
+    name = f"kit-{time.time_ns()}"  # unique: squeue keeps ended jobs for MinJobAge, across sessions
     out = tmp_path / "out.txt"
     job = subprocess.run(["sbatch", "--parsable", f"--job-name={name}", f"--gpus-per-node={gpus}", f"--output={out}",
                           "--wrap", "echo $CUDA_VISIBLE_DEVICES"], capture_output=True, text=True, check=True)

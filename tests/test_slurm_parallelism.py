@@ -53,7 +53,7 @@ def test_rows_become_one_job_each_refused_sizes_stay_unrun(slurm_cluster, toy_re
             time.sleep(0.5)
         results = Path(jobs.jobs_of(run.state)[key]["results_dir"])
         cancelled = cancelled_row(ctx, run, paths, tmp_path)
-    assert cancelled["status"] == "FAIL" and cancelled["root_cause"] == "cluster job cancelled", cancelled
+    assert cancelled["status"] == "FAIL" and cancelled["root_cause"] == "cluster job CANCELLED", cancelled
     assert "CANCELLED" in cancelled["error"] and cancelled["job"]["job_id"] in cancelled["error"]
     assert (results / "FSDP.rc").read_text().strip() == "3"
     log = (results / "FSDP.log").read_text()
@@ -71,7 +71,7 @@ def cancelled_row(ctx: EngineContext, run, paths: TrainerPaths, tmp_path: Path) 
     sleeper.chmod(0o755)
     row = Row(config="FSDP+EP", world_size=1)
     waiting = job_row(ctx, row, "shown", script=lambda: job_script(ctx, paths, [row], python=str(sleeper)))
-    cluster.cancel([waiting["job"]["job_id"]])
+    cluster.cancel([(waiting["job"]["key"], waiting["job"]["job_id"])])
     deadline = time.monotonic() + 60
     while jobs.collect(run, load_workflow("add-moe-model")) and time.monotonic() < deadline:
         time.sleep(0.5)
