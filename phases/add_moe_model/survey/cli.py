@@ -96,27 +96,28 @@ def default_out(state_dir: Path, target: str) -> Path:
 
 
 def run_side_by_side(opts: Any, jobs: int, *, say: Callable[[str], None]) -> Any:
-    from orchestrator.trail.store import RunStore
     from phases.add_moe_model.survey.parallel import run_jobs
+
+    return run_jobs(opts, models_to_fan_out(opts), jobs=jobs, say=say)
+
+
+def models_to_fan_out(opts: Any) -> list[str]:
+    """The model types a fanned-out survey splits; the pristine workspace is made here once, not by each task."""
+    from orchestrator.trail.store import RunStore
     from phases.add_moe_model.survey.runner import discover, warm_root
 
     RunStore(opts.state_dir).ensure_writable()
-    root = warm_root(opts.target, opts.state_dir)  # made once here, not by the tasks at the same time
+    root = warm_root(opts.target, opts.state_dir)
     models = list(opts.models) if opts.models else [m["model_type"] for m in discover(root)["models"]]
-    return run_jobs(opts, models, jobs=jobs, say=say)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    return models
 
 
 def run_on_slurm(opts: Any, tasks: int, slurm: dict[str, str | None], *, say: Callable[[str], None]) -> Any:
     """Check the cluster (exit 2 on refusal), then submit, poll or merge the survey's job array."""
     from orchestrator import cluster
-    from orchestrator.trail.store import RunStore
     from phases.add_moe_model.survey.array import run_array
-    from phases.add_moe_model.survey.runner import discover, warm_root
 
     settings = cluster.settings_from(slurm)
     cluster.check_ready(settings)
-    RunStore(opts.state_dir).ensure_writable()
-    root = warm_root(opts.target, opts.state_dir)  # made once here, not by the tasks at the same time
-    models = list(opts.models) if opts.models else [m["model_type"] for m in discover(root)["models"]]
-    opts.out.mkdir(parents=True, exist_ok=True)
-    return run_array(opts, models, tasks=tasks, settings=settings, say=say)
+    return run_array(opts, models_to_fan_out(opts), tasks=tasks, settings=settings, say=say)
