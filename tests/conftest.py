@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest_plugins = ["tests.run_fixtures"]
+pytest_plugins = ["tests.run_fixtures", "tests.slurm_kit"]
 TOY = "toy=tests.toyflow:WORKFLOW"
 
 

@@ -1,8 +1,9 @@
 """A real single-node SLURM cluster for the tests that submit jobs.
 
-``slurm_cluster`` (session fixture) uses a cluster that already answers (``.ci/run`` starts
-one with ``.ci/slurm-up``); otherwise it starts one itself with ``.ci/slurm-up`` and stops
-exactly those daemons with ``.ci/slurm-down`` at the end. Where SLURM cannot start (not root,
+``slurm_session`` (registered once in conftest, so every module shares it) uses a cluster that
+already answers (``.ci/run`` starts one with ``.ci/slurm-up``); otherwise it starts one itself with ``.ci/slurm-up`` and stops
+exactly those daemons with ``.ci/slurm-down`` at the end. ``slurm_cluster`` hands it to each
+test with the node settled back to idle. Where SLURM cannot start (not root,
 no apt-get, a daemon that will not come up) the tests skip with slurm-up's own reason.
 Nothing here mocks ``sbatch`` or ``squeue``. ``controller_down`` stops the real slurmctld by
 its PID and starts it again with ``.ci/slurm-up --controller``, which updates the PIDs file.
@@ -58,7 +59,7 @@ def start_own(pids_file: Path) -> Cluster:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     running = answering()
     if running is not None:
         yield replace(running, pids_file=Path(os.environ.get("SLURM_PIDS_FILE", "/run/orchestrator-slurm.pids")))
@@ -70,6 +71,41 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         if pids_file.exists():
             subprocess.run([str(ROOT / ".ci" / "slurm-down")], env={**os.environ, "SLURM_PIDS_FILE": str(pids_file)},
                            timeout=120, check=False)
+
+
+@pytest.fixture
+def slurm_cluster(slurm_session: Cluster) -> Cluster:
+    """The session's cluster with its node idle: a test that drained it (a controller restart) does not
+    decide the next test's outcome."""
+    settle_node()
+    return slurm_session
+
+
+def node_states() -> dict[str, str]:
+    done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T"], capture_output=True, text=True, timeout=30)
+    return dict(line.split("|") for line in done.stdout.split())
+
+
+def settle_node(limit_s: float = 180) -> None:
+    """Wait until every node is idle for two seconds running, resuming drained ones as an administrator would.
+
+    After a controller restart the old job's slurmstepd retries its completion for minutes and the
+    controller may drain the node again after one resume; a node that does not settle fails the test.
+    """
+    deadline, idle_since = time.monotonic() + limit_s, None
+    while time.monotonic() < deadline:
+        states = node_states()
+        drained = [node for node, state in states.items() if "drain" in state]
+        for node in drained:
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30, check=False)
+        if states and all(state == "idle" for state in states.values()):
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= 2:
+                return
+        else:
+            idle_since = None
+        time.sleep(0.5)
+    pytest.fail(f"the SLURM node did not settle to idle in {limit_s:.0f} s: {node_states()}")
 
 
 def squeue_named(name: str) -> list[str]:
@@ -135,21 +171,6 @@ def alive(pid: int) -> bool:
         return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-
-
-def resume_drained_node() -> None:
-    """A node the controller drained (e.g. 'Duplicate jobid' after relaunching a job that had run) back in service,
-    as an administrator would."""
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        nodes = [line.split("|") for line in subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T"], capture_output=True,
-                                                            text=True, timeout=30).stdout.split()]
-        drained = [node for node, state in nodes if "drain" in state]
-        if not drained:
-            return
-        for node in drained:
-            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30, check=False)
-        time.sleep(0.5)
 
 
 def use_up_ids_through(job_id: str) -> None:

@@ -36,7 +36,7 @@ def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
     rendered = run_outside(installed, (
         "from orchestrator.context import render_template as r; "
         "print(r('add_moe_model', 'commit_message.txt.j2', model_name='M', hidden_size=1, moe_intermediate_size=2, "
-        "experts=8, kl=1e-7, max_diff=0.5))"),
+        "experts=8, kl=1e-7, max_diff=0.5, caveats=[]))"),
         tmp_path)
     assert rendered.returncode == 0 and "Add M to transformers MoE backend" in rendered.stdout, rendered.stderr
     lcp = run_outside(installed, (

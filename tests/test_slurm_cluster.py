@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.slurm_kit import Cluster, squeue_named, slurm_cluster  # noqa: F401  (fixture)
+from tests.slurm_kit import Cluster, squeue_named
 
 
 def test_fake_gpus_are_scheduled_and_oversized_jobs_refused(slurm_cluster: Cluster, tmp_path: Path) -> None:

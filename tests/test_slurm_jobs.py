@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import ROOT, TOY
-from tests.slurm_kit import Cluster, sbatch_that_kills_its_caller, slurm_cluster, squeue_named  # noqa: F401  (fixture)
+from tests.slurm_kit import Cluster, sbatch_that_kills_its_caller, squeue_named
 
 WORKFLOWS = f"{TOY},jobs=tests.jobflow:WORKFLOW"
 

@@ -18,7 +18,7 @@ from orchestrator.trail.store import RunStore
 from phases.add_moe_model.parallel_jobs import job_row
 from phases.add_moe_model.parallel_matrix import Row, TrainerPaths
 from phases.add_moe_model.parallelism import job_script
-from tests.slurm_kit import Cluster, slurm_cluster, squeue_named  # noqa: F401  (fixture)
+from tests.slurm_kit import Cluster, squeue_named
 
 
 def test_rows_become_one_job_each_refused_sizes_stay_unrun(slurm_cluster, toy_repo, state_dir, tmp_path):

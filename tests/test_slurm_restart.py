@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_kit import (  # noqa: F401  (fixture)
-    Cluster, controller_down, logging_shims, own_controller, recorded_pids, resume_drained_node, running_controller,
-    slurm_cluster, squeue_named, use_up_ids_through,
+from tests.slurm_kit import (
+    Cluster, controller_down, logging_shims, own_controller, recorded_pids, running_controller, settle_node,
+    squeue_named, use_up_ids_through,
 )
 from tests.test_slurm_jobs import advance_until_settled, events, job_records, orch, start
 
@@ -63,7 +63,7 @@ def test_a_controller_restart_mid_run_is_reported_then_survived_with_one_submiss
             assert time.monotonic() < deadline, squeue_named(key)
             time.sleep(0.5)
     finally:
-        resume_drained_node()
+        settle_node()
         use_up_ids_through(job_id)
     logged = calls.read_text().splitlines()
     assert [c for c in logged if c.startswith("sbatch") and f"--job-name={key}" in c] and \

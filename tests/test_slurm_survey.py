@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cli
-from tests.slurm_kit import Cluster, sbatch_that_kills_its_caller, slurm_cluster, squeue_named  # noqa: F401  (fixture)
+from tests.slurm_kit import Cluster, sbatch_that_kills_its_caller, squeue_named
 
 pytestmark = pytest.mark.slow
 MODELS = "youtu,jamba"

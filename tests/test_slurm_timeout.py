@@ -20,7 +20,7 @@ from orchestrator.workflow import load_workflow
 from phases.add_moe_model.parallel_jobs import WAITING, job_row
 from phases.add_moe_model.parallel_matrix import Row, TrainerPaths
 from phases.add_moe_model.parallelism import job_script
-from tests.slurm_kit import Cluster, slurm_cluster  # noqa: F401  (fixture)
+from tests.slurm_kit import Cluster
 
 
 def stand_in(path: Path, body: str) -> str:
