@@ -1,10 +1,10 @@
 """A real single-node SLURM cluster for the tests that submit jobs.
 
 ``slurm_session`` (registered once in conftest, so every module shares it) uses a cluster that
-already answers (``.ci/run`` starts one with ``.ci/slurm-up``); otherwise it starts one itself with ``.ci/slurm-up`` and stops
-exactly those daemons with ``.ci/slurm-down`` at the end. ``slurm_cluster`` hands it to each
-test with the node settled back to idle. Where SLURM cannot start (not root,
-no apt-get, a daemon that will not come up) the tests skip with slurm-up's own reason.
+already answers (``.ci/run`` starts one with ``.ci/slurm-up``); otherwise it starts one itself
+with ``.ci/slurm-up`` and stops exactly those daemons with ``.ci/slurm-down`` at the end.
+``slurm_cluster`` hands it to each test with the node settled back to idle. Where SLURM cannot
+start (not root, no apt-get, a daemon that will not come up) the tests skip with slurm-up's reason.
 Nothing here mocks ``sbatch`` or ``squeue``. ``controller_down`` stops the real slurmctld by
 its PID and starts it again with ``.ci/slurm-up --controller``, which updates the PIDs file.
 """

@@ -21,6 +21,8 @@ import pytest
 from orchestrator.phase_api import PhaseResult
 from orchestrator.templates_dir import templates_dir
 from phases.add_moe_model import numerics as phase
+from phases.add_moe_model.survey.outcome import numerics_summary
+from phases.add_moe_model.work.firmness import judge_edge
 from phases.add_moe_model.work.numerics import CompareResult, RoundTrip, classify_kl
 from tests.conftest import call_worker, make_repo
 
@@ -76,15 +78,36 @@ def test_decide_routes_on_the_bf16_verdict_only() -> None:
 def test_a_pass_that_its_spread_carries_across_the_threshold_takes_the_safe_side() -> None:
     firm = {"kl_fp64": 8e-7, "kl_perturbed": 1.3e-6, "spread": 5e-7, "edge": "PASS|WARN"}
     decided = phase.decide([_result("PASS", kl=8e-7, firmness=firm), _result("PASS", dtype="float32")])
-    assert (decided.outcome, decided.route) == ("passed", "gap") and "PASS|WARN" in decided.summary
+    assert (decided.outcome, decided.route) == ("passed", "gap")
+    assert decided.summary.startswith("PASS mixtral") and "one-ulp spread 5.00e-07 reaching WARN" in decided.summary
+    assert "PASS|WARN" not in decided.summary
     firm = {**firm, "spread": 1e-8, "edge": None}
     assert phase.decide([_result("PASS", kl=8e-7, firmness=firm)]).route == "pass"
     text = _render("numerics_table.txt.j2", table=phase.build_table([_result("PASS", kl=8e-7, firmness={
         "kl_fp64": 8e-7, "kl_perturbed": 1.3e-6, "spread": 5e-7, "edge": "PASS|WARN"})]))
-    assert "  bfloat16   KL=8.00e-07  KL(fp64)=8.00e-07  spread=5.00e-07  tier PASS|WARN (at the edge)" in text
+    assert ("  bfloat16   KL=8.00e-07  KL(fp64)=8.00e-07  spread=5.00e-07  tier PASS (one-ulp spread reaches WARN)"
+            in text)
     text = _render("numerics_table.txt.j2", table=phase.build_table([_result("PASS", kl=8e-7, firmness={
         **firm, "other_kernel": "eager", "kl_other_kernel": 9e-7})]))
     assert "spread=1.00e-08  tier PASS  eager experts KL=9.00e-07" in text
+
+
+def test_a_tier_is_one_tier_everywhere_and_a_routing_flip_is_counted_not_called_an_edge() -> None:
+    wide = {"kl_fp64": 3e-5, "kl_perturbed": 2.07e-2, "spread": 2.07e-2, "edge": "PASS|FAIL"}
+    decided = phase.decide([_result("WARN", kl=3.01e-5, firmness=wide)])
+    assert decided.summary.startswith("WARN mixtral") and "reaching PASS and FAIL" in decided.summary
+    table = phase.build_table([_result("WARN", kl=3.01e-5, firmness=wide)])
+    assert table.firmness_lines[0].split("  tier ")[1].startswith("WARN (one-ulp spread reaches PASS and FAIL)")
+    none = {"tokens": 0, "outlier_tokens": 0, "kl_without_outliers": None}
+    assert judge_edge(3.01e-5, 2.07e-2, none, none, classify=classify_kl) == {"edge": "PASS|FAIL", "flipped": None}
+    moved = {"tokens": 64, "outlier_tokens": 3, "kl_without_outliers": 1e-6}
+    judged = judge_edge(3.01e-5, 2.07e-2, none, moved, classify=classify_kl)
+    assert judged == {"edge": None, "flipped": {"tokens": 3, "of": 64}}
+    flipped = phase.decide([_result("WARN", kl=3.01e-5, firmness={**wide, **judged})])
+    assert "the one-ulp move routes 3 of 64 tokens differently on each side (KL then 2.07e-02)" in flipped.summary
+    assert "reaching" not in flipped.summary and "|" not in flipped.summary
+    row = numerics_summary({"numerics": {"verdict": {"status": "WARN", "kl": 3.01e-5, "firmness": wide}}})
+    assert row["tier"] == "WARN" and row["tier_shown"] == "WARN (one-ulp spread reaches PASS and FAIL)"
 
 
 def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
@@ -119,7 +142,8 @@ def test_table_uses_the_skill_stdout_format() -> None:
     assert "  WARN   mixtral               KL=4.62e-05  cos=0.999987  max_diff=3.12e-02\n" in text
     assert "  PASS   mixtral               round-trip max_diff=0.00e+00\n" in text
     assert "All models passed" not in text, "a WARN row under a line that says every model passed"
-    assert "No model failed; mixtral did not PASS outright (WARN or at the edge): gap analysis follows." in text
+    assert ("No model failed; mixtral did not PASS outright (WARN, or a spread that reaches WARN): "
+            "gap analysis follows.") in text
     assert "Diagnostic, not the verdict" in text
     passed = _render("numerics_table.txt.j2", table=phase.build_table([_result("PASS", kl=1e-8)]))
     assert "All models passed numerical equivalence." in passed

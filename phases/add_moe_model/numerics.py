@@ -35,6 +35,7 @@ from phases.add_moe_model.load_findings import check_load
 from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.work.numerics import CompareRequest
+from phases.add_moe_model.tier_text import firmness_line, flip_text, reaches, split_text, tier_text
 
 WORKER = "phases.add_moe_model.work.numerics:compare_dtypes"
 VERDICT_DTYPE = "bfloat16"
@@ -61,6 +62,8 @@ class NumericsTable(BaseModel):
     diagnostic_rows: list[Any] = Field(default_factory=list)
     diagnostic_dtype: str = DIAGNOSTIC_DTYPE
     firmness_rows: list[Any] = Field(default_factory=list)
+    firmness_lines: list[str] = Field(default_factory=list)
+    """``tier_text.firmness_line`` of each firmness row, in order."""
     all_passed: bool
     verdict_line: str = ""
     """The closing line, in the verdict's own words: PASS, WARN (gap analysis follows) or FAILED."""
@@ -128,9 +131,10 @@ def build_table(results: list[Any]) -> NumericsTable:
     notes += [f"{r.model_type}: load_state_dict unexpected keys {r.load.unexpected}"
               for r in verdict if r.load.unexpected]
     notes += [f"{r.model_type}: load_state_dict missing keys {r.load.missing}" for r in verdict if r.load.missing]
-    first = results[0]
+    first, firm_rows = results[0], [r for r in results if r.firmness]
     return NumericsTable(device=first.device, seed=first.seed, verdict_rows=verdict,
-                         diagnostic_rows=diagnostic, firmness_rows=[r for r in results if r.firmness],
+                         diagnostic_rows=diagnostic, firmness_rows=firm_rows,
+                         firmness_lines=[firmness_line(r) for r in firm_rows],
                          all_passed=not failed, verdict_line=verdict_line(verdict), notes=notes)
 
 
@@ -147,7 +151,7 @@ def verdict_line(verdict: list[Any]) -> str:
         return f"Not measured: {', '.join(skipped)} (SKIP) — no verdict, see the finding."
     warned = [r.model_type for r in verdict if r.status != "PASS" or (r.firmness or {}).get("edge")]
     if warned:
-        return (f"No model failed; {', '.join(warned)} did not PASS outright (WARN or at the edge): "
+        return (f"No model failed; {', '.join(warned)} did not PASS outright (WARN, or a spread that reaches WARN): "
                 "gap analysis follows.")
     return "All models passed numerical equivalence."
 
@@ -196,7 +200,7 @@ def tier_route(verdict: Any) -> tuple[str, str | None]:
     edge = (verdict.firmness or {}).get("edge")
     if verdict.status == "PASS" and not edge:
         return "pass", None
-    why = (f"tier at the edge ({edge}): the one-ulp spread crosses a threshold, so the safe side is taken"
+    why = (f"{tier_text(verdict.status, verdict.firmness)}: the safe side is taken"
            if verdict.status == "PASS" else "numerical WARN/FAIL: look at routing or weight transfer")
     return "gap", why + " (gap analysis is mandatory)"
 
@@ -212,23 +216,15 @@ def _summary_line(r: Any) -> str:
     if r.kl is None:
         return f"{r.status} {r.model_type} ({r.dtype}): {r.error or 'no metrics'}"
     firm = r.firmness or {}
-    shown = firm.get("edge") or r.status
+    reach = "".join(f" reaching {tier}" for tier in reaches(r.status, firm)[:1])
+    reach += "".join(f" and {tier}" for tier in reaches(r.status, firm)[1:])
     other = (f", {firm['other_kernel']} experts {firm['kl_other_kernel']:.2e}"
              if firm.get("kl_other_kernel") is not None else "")
-    extra = (f" (fp64 {firm['kl_fp64']:.2e}, one-ulp spread {firm['spread']:.2e}{other}{split_text(firm)})"
+    tokens = split_text(firm) + flip_text(firm)
+    extra = (f" (fp64 {firm['kl_fp64']:.2e}, one-ulp spread {firm['spread']:.2e}{reach}{other}{tokens})"
              if firm.get("spread") is not None else "")
-    return (f"{shown} {r.model_type} ({r.dtype}) KL={r.kl:.2e}{extra} cos={r.cos_sim:.6f} "
+    return (f"{r.status} {r.model_type} ({r.dtype}) KL={r.kl:.2e}{extra} cos={r.cos_sim:.6f} "
             f"max_diff={r.max_diff:.2e} round-trip={r.roundtrip.status}")
-
-
-def split_text(firm: dict[str, Any]) -> str:
-    """"; 2 of 32 tokens carry it (routed differently on each side?), KL without them 3.1e-07"."""
-    split = firm.get("split") or {}
-    if not split.get("outlier_tokens"):
-        return ""
-    rest = split.get("kl_without_outliers")
-    return (f"; {split['outlier_tokens']} of {split['tokens']} tokens carry it (routed differently on each side?)"
-            + (f", KL without them {rest:.2e}" if rest is not None else ""))
 
 
 def triage(r: Any) -> list[Issue]:

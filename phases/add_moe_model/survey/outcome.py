@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from phases.add_moe_model.fixability import clearable_note
+from phases.add_moe_model.tier_text import tier_text
 from phases.add_moe_model.work.error_origin import plumbing_failure
 from phases.add_moe_model.workspace import EXP
 
@@ -81,8 +82,7 @@ def waits_only_for_gpu_rows(state: dict[str, Any]) -> bool:
 def _verdict(state: dict[str, Any], numerics: dict[str, Any] | None, *, pending: str = "") -> dict[str, Any]:
     """The row of a run whose every check that can run here has run (done, or waiting for GPU rows)."""
     results = state.get("results", {})
-    # NOTE: the safe side: a tier whose one-ulp spread reaches FAIL ("PASS|FAIL") is not clean either.
-    if numerics and "FAIL" in numerics.get("tier_shown", ""):
+    if numerics and numerics.get("tier") == "FAIL":
         gap = results.get("gap_analysis", {}).get("rows", [])
         found = [f"gap analysis: {r['label']} -> max_diff {r['max_diff']:.2e} ({r['description']})"
                  for r in gap if isinstance(r.get("max_diff"), (int, float))]
@@ -202,7 +202,7 @@ def numerics_summary(results: dict[str, Any]) -> dict[str, Any] | None:
     fp32 = next((r for r in numerics.get("results", []) if r.get("dtype") == "float32"), {})
     firm = verdict.get("firmness") or {}
     tier = verdict["status"]
-    return {"tier": tier, "tier_shown": firm.get("edge") or tier, "kl": verdict.get("kl"),
+    return {"tier": tier, "tier_shown": tier_text(tier, firm), "kl": verdict.get("kl"),
             "kl_fp64": firm.get("kl_fp64"), "spread": firm.get("spread"), "cos_sim": verdict.get("cos_sim"),
             "max_diff": verdict.get("max_diff"), "fp32_kl": fp32.get("kl"), "error": verdict.get("error"),
             "other_kernel": firm.get("other_kernel"), "kl_other_kernel": firm.get("kl_other_kernel")}

@@ -13,9 +13,10 @@ healthy models report negative KLs). Two figures say how much to trust the tier:
 - ``split``: how many tokens carry the gap (per-token relative error at least 10x the median) and
   the KL without them. A few such tokens are tokens routed to different experts on each side
   (a near-tie in the router), and a one-ulp change flips them: the spread is then their flip.
-A tier that KL +- spread crosses is ``edge`` ("PASS|WARN"): the workflow then takes the safe
-side (gap analysis runs). When a few outlier tokens carry the KL, there is no edge: the tier is
-the KL's own, and the split says which tokens make it. Thresholds and the verdict formula stay
+The tier is always the KL's own. ``edge`` ("PASS|WARN") names the tiers KL +- spread reaches, when
+it crosses a threshold: a PASS there takes the safe side (gap analysis runs). When a few outlier
+tokens carry the KL, or appear under the one-ulp move (``flipped``), there is no edge: the spread is
+their routing flip, and the split or ``flipped`` counts them. Thresholds and the verdict formula stay
 those of ``numerics``.
 """
 
@@ -46,17 +47,29 @@ def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *,
     with torch.no_grad():
         hf_moved = hf_forward_fp32_router(site, moved)
         tt_moved = titan(layout.tokens(moved))
-    kl_moved = measure_output_gap(hf_moved.reshape(tt_moved.shape), tt_moved)["kl"]
+    hf_moved = hf_moved.reshape(tt_moved.shape)
+    kl_moved = measure_output_gap(hf_moved, tt_moved)["kl"]
     spread = abs(kl_moved - kl) if kl_moved is not None else None
-    edge = None
-    if spread is not None:
-        low, high = classify_kl(kl - spread), classify_kl(kl + spread)
-        edge = f"{low}|{high}" if low != high else None
-    split = token_split(hf_out, tt_out)
-    if edge and split["outlier_tokens"]:
-        edge = None  # the spread is a few tokens' routing flip, not noise around one tier
-    return {"kl_fp64": kl_fp64(hf_out, tt_out), "kl_perturbed": kl_moved, "spread": spread, "edge": edge,
-            "split": split, **other_kernel_kl(site, x, tt_out)}
+    split, moved_split = token_split(hf_out, tt_out), token_split(hf_moved, tt_moved)
+    return {"kl_fp64": kl_fp64(hf_out, tt_out), "kl_perturbed": kl_moved, "spread": spread, "split": split,
+            **judge_edge(kl, spread, split, moved_split, classify=classify_kl), **other_kernel_kl(site, x, tt_out)}
+
+
+def judge_edge(kl: float, spread: float | None, split: dict[str, Any], moved_split: dict[str, Any], *,
+               classify: Any) -> dict[str, Any]:
+    """{"edge", "flipped"}: the tiers KL +- spread reaches, unless a few tokens' routing carries the spread.
+
+    A few outlier tokens on either input are tokens a near-tie in the router sends to different
+    experts on each side; the one-ulp move flips them, so the spread measures their flip, not the
+    noise around one tier. ``flipped`` then counts them on the moved input.
+    """
+    flipped = None
+    if moved_split["outlier_tokens"] > split["outlier_tokens"]:
+        flipped = {"tokens": moved_split["outlier_tokens"], "of": moved_split["tokens"]}
+    if spread is None or split["outlier_tokens"] or flipped:
+        return {"edge": None, "flipped": flipped}
+    low, high = classify(kl - spread), classify(kl + spread)
+    return {"edge": f"{low}|{high}" if low != high else None, "flipped": None}
 
 
 OUTLIER_FACTOR = 10.0
