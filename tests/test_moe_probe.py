@@ -23,7 +23,7 @@ from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_te
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text",
-          "llama4_text", "granitemoe"]
+          "llama4_text", "granitemoe", "type:jetmoe"]
 pytestmark = pytest.mark.slow
 
 
@@ -126,6 +126,18 @@ def test_hf_source_cross_checks_catch_what_the_target_probe_misses(reports: dict
     # ...vs Llama4Router's sigmoid
     assert {"score_func_mismatch", "moe_attr_not_mlp", "experts_transposed"} <= codes(llama)
     assert "moe_attr_not_mlp" in codes(reports["granitemoe"])
+
+
+def test_findings_say_what_the_target_did(reports: dict[str, CompatReport]) -> None:
+    """What each of the target's functions answered, quoted; a layer described as it is."""
+    granite = next(i for i in reports["granitemoe"].issues if i.code == "moe_attr_not_mlp")
+    assert "_get_moe_attr_name raises AttributeError: Layer GraniteMoeDecoderLayer has no 'mlp'" in granite.message
+    assert "gives None" not in granite.message.split("moe_replacement.py")[1]
+    jet = reports["type:jetmoe"]
+    assert jet.moe_attr == "mlp", "JetMoe's MoE keeps stacked expert weights outside an `experts` module"
+    assert {"experts_outside_experts_module", "moe_probe_failed"} <= codes(jet)
+    attention = next(i for i in jet.issues if i.code == "attention_projection_unhandled")
+    assert "self_attention (JetMoeAttention)" in attention.message and "attention-free" not in attention.message
 
 
 def test_text_report_renders_every_field(reports: dict[str, CompatReport]) -> None:

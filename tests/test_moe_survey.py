@@ -124,7 +124,7 @@ def test_kill_9_then_the_same_command_keeps_finished_rows_and_continues_the_run(
     before = json.loads(saved.read_text())
     assert [r["model_type"] for r in before["rows"]] == ["youtu"] and list(before["in_flight"]) == ["qwen3_moe"]
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == 0, again.stderr[-3000:] + saved.read_text()[-3000:]
     assert "1 already surveyed" in again.stderr and "[2/2] qwen3_moe" in again.stderr and "ETA" in again.stderr
     after = {r["model_type"]: r for r in json.loads(saved.read_text())["rows"]}
     assert after["youtu"] == before["rows"][0]

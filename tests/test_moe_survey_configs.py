@@ -82,11 +82,13 @@ def test_experts_in_a_sub_config_count_and_a_model_without_any_does_not():
 
 
 def test_a_layer_without_self_attn_is_described_not_crashed_on():
+    import torch
+
     from phases.add_moe_model.work.sharding_checks import none_children_hint, check_dsa_under_tp, \
         resolve_attention_kind
 
     assert resolve_attention_kind(None) == "none" and check_dsa_under_tp(None) == []
-    assert "no self_attn" in none_children_hint(None)
+    assert "no self_attn" in none_children_hint(None, torch.nn.Module())
 
 
 def _log(*frames: tuple[str, int], error: str) -> str:

@@ -82,7 +82,8 @@ def run_survey(opts: SurveyOptions, *, say: Callable[[str], None]) -> Survey:
             save_progress(opts.out, rows, found["transformers"], in_flight={})
             timings.append(row.seconds)
             eta = sum(timings) / len(timings) * (len(todo) - index)
-            say(f"[{len(rows)}/{len(wanted)}] {model_type}: {row.outcome} ({row.seconds:.0f} s); "
+            why = f": {row.reasons[0][:300]}" if row.outcome == "error" and row.reasons else ""
+            say(f"[{len(rows)}/{len(wanted)}] {model_type}: {row.outcome} ({row.seconds:.0f} s){why}; "
                 f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
     ordered = [rows[m] for m in wanted]
     counts = {o: sum(r.outcome == o for r in ordered) for o in OUTCOMES}

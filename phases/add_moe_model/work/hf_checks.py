@@ -25,15 +25,44 @@ _ROUTER_KNOWN_STATE = {"weight", "bias", "e_score_correction_bias"}
 _SILU = {"silu", "swish"}
 
 
+RAISES = "raises "
+"""Prefix of a target answer that was an exception (``_get_moe_attr_name`` raising for the layer)."""
+
+
 def probe_moe_site(layer: Any) -> tuple[str | None, Any | None]:
     """Return (attribute, block) of the layer's MoE: a child with gate/router + experts,
-    or ("<layer>", layer) for layer-level MoE, or (None, None) for a dense layer."""
+    or ("<layer>", layer) for layer-level MoE, or (None, None) for a dense layer.
+
+    The experts are an ``experts`` module, or stacked expert weights (3-D parameters) held
+    elsewhere in the block (JetMoe's ``input_linear``/``output_linear``).
+    """
     for name, child in layer.named_children():
-        if _has_router(child) and hasattr(child, "experts"):
+        if _has_router(child) and _holds_experts(child):
             return name, child
     if _has_router(layer) and hasattr(layer, "experts"):
         return "<layer>", layer
     return None, None
+
+
+def _holds_experts(block: Any) -> bool:
+    if hasattr(block, "experts"):
+        return True
+    router = resolve_router(block)
+    routed = {id(p) for p in router.parameters()} if router is not None else set()
+    return any(p.dim() == 3 and id(p) not in routed for p in block.parameters())
+
+
+def check_expert_container(block: Any, attr: str) -> list[CompatIssue]:
+    """A block whose stacked expert weights sit outside an ``experts`` module, which the target reads."""
+    holders = sorted({name.rsplit(".", 1)[0] for name, p in block.named_parameters() if p.dim() == 3})
+    kinds = sorted({type(block.get_submodule(h)).__name__ for h in holders})
+    return [CompatIssue(
+        code="experts_outside_experts_module",
+        message=(f"the MoE block at layer.{attr} ({type(block).__name__}) keeps its stacked expert weights in "
+                 f"{', '.join(holders)} ({', '.join(kinds)}), not in an `experts` module; the target's "
+                 "_probe_hf_moe_block and state-dict adapter read block.experts"),
+        fix_location=f"{MOE_REPLACEMENT} (_probe_hf_moe_block) and {STATE_DICT_ADAPTER}",
+        severity="fixable")]
 
 
 def resolve_router(block: Any) -> Any | None:
@@ -53,7 +82,7 @@ def check_moe_site(attr: str | None, *, target_attrs: dict[str, str | None]) -> 
     wrong = {path: found for path, found in target_attrs.items() if found != attr}
     if not wrong:
         return []
-    said = "; ".join(f"{path} _get_moe_attr_name gives {found!r}" for path, found in wrong.items())
+    said = "; ".join(f"{path} _get_moe_attr_name {_answer_text(found)}" for path, found in wrong.items())
     return [
         CompatIssue(
             code="moe_attr_not_mlp",
@@ -63,6 +92,10 @@ def check_moe_site(attr: str | None, *, target_attrs: dict[str, str | None]) -> 
             severity="fixable",
         )
     ]
+
+
+def _answer_text(found: str | None) -> str:
+    return found if found is not None and found.startswith(RAISES) else f"gives {found!r}"
 
 
 def probe_hf_score_func(router: Any, block: Any) -> str | None:

@@ -118,11 +118,12 @@ def _scan_layers(model: Any, target: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _target_moe_attr(module: Any, layer: Any) -> str | None:
-    """What one of the target's ``_get_moe_attr_name`` says for ``layer`` (None when it raises)."""
+    """What one of the target's ``_get_moe_attr_name`` says for ``layer``: its answer, or "raises E: msg"."""
     try:
-        return module._get_moe_attr_name(layer)
-    except (AttributeError, ValueError, KeyError):
-        return None
+        found = module._get_moe_attr_name(layer)
+    except (AttributeError, ValueError, KeyError) as exc:
+        return f"{hf_checks.RAISES}{type(exc).__name__}: {exc}"
+    return found if found is None else str(found)
 
 
 def _check_layer_plan(scan: list[dict], predicted: list[int], *, built: int) -> tuple[list[CompatIssue], list[str]]:
@@ -146,7 +147,10 @@ def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[C
     issues += hf_checks.check_moe_site(row["attr"], target_attrs=row["target_attrs"])
     block, layer_level = row["block"], row["attr"] == "<layer>"
     router = hf_checks.resolve_router(block)
-    issues += hf_checks.check_experts(block.experts, config)
+    if hasattr(block, "experts"):
+        issues += hf_checks.check_experts(block.experts, config)
+    else:
+        issues += hf_checks.check_expert_container(block, row["attr"])
     issues += hf_checks.check_router_state(router)
     issues += hf_checks.check_correction_bias(block, router)
     params = _call_target_probe(target["moe"], block, config, layer_level=layer_level, issues=issues)
@@ -247,8 +251,9 @@ def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tin
     if row is None:
         return []
     probed = (moe.get("params") or {}).get("moe_intermediate_size")
-    issues = hf_checks.check_expert_layout(row["block"].experts, hidden=int(config.hidden_size), strict=strict,
-                                           probed_intermediate=probed)
+    experts = getattr(row["block"], "experts", None)
+    issues = [] if experts is None else hf_checks.check_expert_layout(
+        experts, hidden=int(config.hidden_size), strict=strict, probed_intermediate=probed)
     if moe.get("layer_level") or moe.get("params") is None:
         return issues
     if tiny is None:

@@ -37,7 +37,7 @@ def check_layer_sharding(sharding: Any, layer: Any, *, index: int, moe_attr: str
     try:
         sharding._set_layer_sharding_configs(layer, enable_sp=False)
     except (ValueError, AttributeError, NotImplementedError) as exc:
-        hint = none_children_hint(getattr(layer, "self_attn", None))
+        hint = none_children_hint(getattr(layer, "self_attn", None), layer)
         return [_issue("attention_projection_unhandled", f"layer {index}: {type(exc).__name__}: {exc}{hint}")]
     skip = _moe_modules(layer, moe_attr)
     try:
@@ -72,8 +72,13 @@ def check_dsa_under_tp(attn: Any) -> list[str]:
     return ["DSA indexer present: the target fails loud under TP by design (FSDP/EP only)"]
 
 
-def none_children_hint(attn: Any) -> str:
+def none_children_hint(attn: Any, layer: Any) -> str:
     if attn is None:
+        elsewhere = [f"{name} ({type(child).__name__})" for name, child in layer.named_children()
+                     if ("attn" in name.lower() or "attention" in name.lower()) and "norm" not in name.lower()]
+        if elsewhere:
+            return (f" (the layer's attention is at {', '.join(elsewhere)}, not self_attn, which the target's "
+                    "sharding reads)")
         return " (the layer has no self_attn: attention-free layers, e.g. Mamba or linear attention)"
     # NOTE: HF registers absent projections as None children, and hasattr() is True for them.
     nones = sorted(n for n, m in {**vars(attn), **attn._modules}.items()
