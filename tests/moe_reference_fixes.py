@@ -58,6 +58,26 @@ def laguna_router(target: Path) -> None:
                  "    elif type(gate).__name__ == \"LagunaTopKRouter\":\n        route_norm = True\n")
 
 
+def block_level_correction_bias(target: Path) -> None:
+    """correction_bias_outside_gate (HY-V3): its MoE block, not its gate, holds e_score_correction_bias, and its
+    router always renormalises the top-k weights then scales them by ``router_scaling_factor``."""
+    # 0.3.0's Titan MoE names the buffer expert_bias_E (the DeepSeek-V3 finding router_bias_key_misnamed).
+    replace_once(target, ADAPTER, '        (r"^(.*\\.)gate\\.e_score_correction_bias$", r"\\1expert_bias", False),\n',
+                 '        (r"^(.*\\.)gate\\.e_score_correction_bias$", r"\\1expert_bias", False),\n'
+                 '        (r"^(.*\\.)e_score_correction_bias$", r"\\1expert_bias_E", False),\n')
+    replace_once(target, MOE, "    # Router scoring function\n    score_func = _resolve_score_func(gate, config)\n",
+                 "    # Router scoring function\n    score_func = _resolve_score_func(gate, config)\n"
+                 '    if "e_score_correction_bias" in getattr(moe_block, "_buffers", {}):\n'
+                 '        score_func = "sigmoid"\n')
+    replace_once(target, MOE, "    elif hasattr(gate, \"norm_topk_prob\"):\n        route_norm = gate.norm_topk_prob\n",
+                 "    elif hasattr(gate, \"norm_topk_prob\"):\n        route_norm = gate.norm_topk_prob\n"
+                 "    elif hasattr(gate, \"router_scaling_factor\"):\n        route_norm = True\n")
+    replace_once(target, MOE, '    # Route scaling factor (DeepSeek V2/V3)\n'
+                 '    route_scale = getattr(config, "routed_scaling_factor", 1.0)\n',
+                 '    # Route scaling factor (DeepSeek V2/V3)\n'
+                 '    route_scale = getattr(config, "routed_scaling_factor", getattr(gate, "router_scaling_factor", 1.0))\n')
+
+
 TRANSPOSED_HELPERS = '''
 _TRANSPOSED_EXPERT_PREFIXES: set[str] = set()
 

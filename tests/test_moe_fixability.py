@@ -69,3 +69,16 @@ def test_aria_text_transposed_experts_clear_and_numerics_gives_a_verdict(tmp_pat
     assert not moved["results"]["probe"]["issues"], moved["results"]["probe"]["issues"]
     verdict = moved["results"]["numerics"]["verdict"]
     assert verdict["status"] in ("PASS", "WARN", "FAIL") and verdict["roundtrip"]["status"] == "PASS", verdict
+
+
+def test_hy_v3_correction_bias_on_the_block_clears_once_the_target_carries_it(tmp_path: Path) -> None:
+    """The finding is judged on the target's own conversion: the HF structure never changes, the target's does."""
+    store = RunStore(tmp_path / "state")
+    run_id, target = _start(store, "type:hy_v3")
+    assert {"correction_bias_outside_gate", "score_func_mismatch"} <= _codes(store.read_state(run_id))
+    fixes.apply(target, (fixes.block_level_correction_bias,))
+    moved = engine.advance(run_id, store=store).state
+    probe = moved["results"]["probe"]
+    assert not probe["issues"], probe["issues"]
+    assert probe["strict_load"] == "PASS" and probe["score_func"] == "sigmoid"
+    assert moved["phase"] != "probe", moved["summary"]

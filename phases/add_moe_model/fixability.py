@@ -18,6 +18,7 @@ PROVEN: dict[str, str] = {
     "moe_output_contract": "Llama-4-Scout",
     "router_bias_key_misnamed": "DeepSeek-V3",
     "router_rule_mismatch": "laguna (the probe worker on the fixed target)",
+    "correction_bias_outside_gate": "HY-V3",
 }
 
 

@@ -152,7 +152,6 @@ def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[C
     else:
         issues += hf_checks.check_expert_container(block, row["attr"])
     issues += hf_checks.check_router_state(router)
-    issues += hf_checks.check_correction_bias(block, router)
     params = _call_target_probe(target["moe"], block, config, layer_level=layer_level, issues=issues)
     issues += hf_checks.check_score_func(router, block, probed=(params or {}).get("score_func"))
     return {"row": row, "params": params, "layer_level": layer_level}
@@ -254,6 +253,7 @@ def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tin
     experts = getattr(row["block"], "experts", None)
     issues = [] if experts is None else hf_checks.check_expert_layout(
         experts, hidden=int(config.hidden_size), strict=strict, probed_intermediate=probed)
+    issues += hf_checks.check_correction_bias(row["block"], hf_checks.resolve_router(row["block"]), strict=strict)
     if moe.get("layer_level") or moe.get("params") is None:
         return issues
     if tiny is None:
