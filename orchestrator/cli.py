@@ -209,9 +209,12 @@ def advance_cmd(settings: Settings, run_id: str, max_phases: int | None) -> int:
 @click.option("--waive", "waive", multiple=True, metavar="CODE",
               help="Waive a finding of the current phase (a person's call, recorded; needs --reason).")
 @click.option("--reason", default=None, metavar="TEXT", help="Why the waived finding does not block the run.")
+@click.option("--no-advance", "no_advance", is_flag=True,
+              help="Record the answers, waivers and results only; the run waits for the next `advance`.")
 def resume_cmd(settings: Settings, run_id: str, answers: tuple[str, ...], results: str | None,
-               waive: tuple[str, ...], reason: str | None) -> int:
-    """Answer pending questions of RUN (validated first), waive findings, hand back results, then advance."""
+               waive: tuple[str, ...], reason: str | None, no_advance: bool) -> int:
+    """Answer pending questions of RUN (validated first), waive findings, hand back results, then advance
+    (unless --no-advance)."""
     from orchestrator import engine
 
     parsed = {}
@@ -224,7 +227,7 @@ def resume_cmd(settings: Settings, run_id: str, answers: tuple[str, ...], result
         raise UsageError("--waive needs --reason TEXT: a waiver says why the finding does not block the run")
     outcome = engine.resume(run_id, parsed, store=settings.store(), progress=settings.progress(),
                             results=Path(results) if results else None,
-                            waivers={code: reason or "" for code in waive})
+                            waivers={code: reason or "" for code in waive}, advance_after=not no_advance)
     return print_outcome(settings, outcome)
 
 

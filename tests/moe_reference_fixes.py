@@ -75,7 +75,8 @@ def block_level_correction_bias(target: Path) -> None:
     replace_once(target, MOE, '    # Route scaling factor (DeepSeek V2/V3)\n'
                  '    route_scale = getattr(config, "routed_scaling_factor", 1.0)\n',
                  '    # Route scaling factor (DeepSeek V2/V3)\n'
-                 '    route_scale = getattr(config, "routed_scaling_factor", getattr(gate, "router_scaling_factor", 1.0))\n')
+                 '    route_scale = getattr(config, "routed_scaling_factor",\n'
+                 '                          getattr(gate, "router_scaling_factor", 1.0))\n')
 
 
 TRANSPOSED_HELPERS = '''

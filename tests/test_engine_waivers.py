@@ -34,6 +34,22 @@ def test_a_waived_finding_lets_the_phase_pass_and_audit_checks_it(tmp_path: Path
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+def test_no_advance_records_the_waiver_and_leaves_the_run_to_the_next_advance(tmp_path: Path,
+                                                                            toy_repo: Path) -> None:
+    store = RunStore(tmp_path / "state")
+    run_id = _waiting_on_a_finding(store, toy_repo)
+    before = store.read_state(run_id)
+    code = before["issues"][0]["code"]
+    kept = cli("resume", run_id, "--waive", code, "--reason", "reviewed", "--no-advance", "--json",
+               state_dir=tmp_path / "state")
+    assert kept.returncode == 4, kept.stdout + kept.stderr
+    state = store.read_state(run_id)
+    assert (state["phase"], state["status"]) == (before["phase"], before["status"])
+    assert state["answers"][f"waive:fix:{code}"] == "reviewed"
+    moved = cli("advance", run_id, "--json", state_dir=tmp_path / "state")
+    assert moved.returncode == 0 and store.read_state(run_id)["status"] == "done", moved.stdout + moved.stderr
+
+
 def test_waivers_are_refused_without_reason_for_agents_and_for_unknown_codes(tmp_path: Path, toy_repo: Path) -> None:
     store = RunStore(tmp_path / "state")
     run_id = _waiting_on_a_finding(store, toy_repo)
