@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from phases.add_moe_model.model_source import ModelSourceError, find_registry_entry, load_registry, resolve_model_source
+from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
+from phases.kit.registry import find_registry_entry, load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = [

@@ -83,5 +83,5 @@ def _load_hub_config(model_id: str) -> Any:
         raise HFConfigError(
             f"{model_id}: not in the bundled registry and not reachable offline; pass a config.json "
             "path (or a directory holding one) as MODEL, or add the model to "
-            f"phases/add_moe_model/registry.json ({type(exc).__name__})"
+            f"phases/kit/registry.json ({type(exc).__name__})"
         ) from exc
