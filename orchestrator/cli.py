@@ -30,7 +30,7 @@ import click
 from orchestrator.cli_base import (
     DEFAULT_STATE_DIR, CommandStopped, Settings, parse_extra_options, print_outcome, print_runs, run_command, status,
 )
-from orchestrator.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from orchestrator.errors import EXIT_OK, EXIT_USAGE, UsageError
 
 
 def common_options(func: Callable) -> Callable:

@@ -22,7 +22,7 @@ import git
 from orchestrator.phase_api import PhaseContext
 from orchestrator.workspaces import commit_as_bot
 from phases.local_compile_perf.records import PreparedCandidate
-from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, declared_region_names, read_embedded_settings
+from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, read_embedded_settings
 
 SHARED_DEFAULT_FILES = ("examples/moe_layer/local_compile.py", "torchtitan/distributed/local_compile.py",
                         "torchtitan/config/job_config.py")
