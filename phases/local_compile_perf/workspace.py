@@ -58,7 +58,7 @@ class CandidateMeta(BaseModel):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Candidate:
+class EmbeddedCandidate:
     """One candidate rewrite: its metadata and its change as a unified diff against main."""
 
     name: str
@@ -66,7 +66,7 @@ class Candidate:
     diff: Path
 
 
-def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
+def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[EmbeddedCandidate, ...]:
     """Return every candidate under ``root``, sorted by name.
 
     Raises:
@@ -84,24 +84,24 @@ def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
             if diff.is_file() else []
         if touched != sorted(meta.files):
             problems.append(f"{folder.name}: change.diff touches {touched}, meta.json lists {sorted(meta.files)}")
-        candidates.append(Candidate(name=folder.name, meta=meta, diff=diff))
+        candidates.append(EmbeddedCandidate(name=folder.name, meta=meta, diff=diff))
     problems += _unknown_after(candidates)
     if problems:
         raise WorkspaceError(f"{len(problems)} bad candidate(s) in {root}: " + "; ".join(problems))
     return _after_first(candidates)
 
 
-def _unknown_after(candidates: list[Candidate]) -> list[str]:
+def _unknown_after(candidates: list[EmbeddedCandidate]) -> list[str]:
     names = {c.name for c in candidates}
     return [f"{c.name}/meta.json: after names unknown candidate(s) {sorted(set(c.meta.after) - names)}"
             for c in candidates if set(c.meta.after) - names]
 
 
-def _after_first(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+def _after_first(candidates: list[EmbeddedCandidate]) -> tuple[EmbeddedCandidate, ...]:
     """Name order, except that a candidate comes after every candidate it is written on."""
     by_name, ordered, placing = {c.name: c for c in candidates}, {}, set()
 
-    def place(c: Candidate) -> None:
+    def place(c: EmbeddedCandidate) -> None:
         if c.name in ordered:
             return
         if c.name in placing:
@@ -177,7 +177,7 @@ def _copy_library(folder: Path) -> str:
     return "moe_layer: pristine library"
 
 
-def _commit_candidate(repo: git.Repo, candidate: Candidate, branches: dict[str, str]) -> None:
+def _commit_candidate(repo: git.Repo, candidate: EmbeddedCandidate, branches: dict[str, str]) -> None:
     """Add ``candidate`` as one commit on its branch (on ``main`` plus its ``after`` tips); back on main after."""
     repo.git.checkout("-b", candidate.meta.branch, "main")
     try:
@@ -201,7 +201,7 @@ def _pattern_note(pattern: int | None) -> str:
     return f"pattern {pattern}" if pattern is not None else "ladder step, no numbered pattern"
 
 
-def _reuse_workspace(path: Path, candidates: tuple[Candidate, ...]) -> Path:
+def _reuse_workspace(path: Path, candidates: tuple[EmbeddedCandidate, ...]) -> Path:
     try:
         repo = git.Repo(path)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
