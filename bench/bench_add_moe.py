@@ -38,7 +38,7 @@ import torchtitan.experiments.transformers_modeling_backend.moe_replacement
 import torchtitan.experiments.transformers_modeling_backend.state_dict_adapter
 from transformers import AutoConfig, AutoModelForCausalLM
 import json
-models = json.load(open('phases/add_moe_model/registry.json'))['models']
+models = json.load(open('phases/kit/registry.json'))['models']
 entry = [m for m in models if m['model_type'] == 'deepseek_v3'][0]
 config = AutoConfig.for_model('deepseek_v3', **{k: v for k, v in entry['config'].items() if k != 'model_type'})
 with torch.device('meta'):

@@ -4,8 +4,9 @@ Heavy modules (the engine, pydantic models, GitPython, phases) are imported insi
 commands so that ``status`` and ``audit`` start fast; torch is never imported here. The commands
 that live in other modules (``_register_plugins``) are loaded only when a command outside this
 file is asked for, or the command list is shown. What commands share without click (settings, the
-error handler, ``status`` itself) is ``cli_base``, which also runs a plainly spelled ``status``
-without importing click at all: a read loads the store's read path and the renderer, nothing more.
+error handler, printing an outcome, parsing workflow options, ``status`` itself) is ``cli_base``,
+which also runs a plainly spelled ``status`` without importing click at all (the console script,
+``console.entry``): a read loads the store's read path and the renderer, nothing more.
 Exit codes: 0 done/progressed, 1 failed or rule broken, 2 bad usage, 3 human, 4 agent.
 """
 
@@ -15,8 +16,8 @@ import sys
 
 if __name__ == "__main__":
     # NOTE: `python -m orchestrator.cli` would otherwise run this file twice: once as __main__ and
-    # once as orchestrator.cli when a plugin imports it, registering every command twice.
-    from orchestrator.cli_base import entry
+    # once as orchestrator.cli when the console script imports it, defining every command twice.
+    from orchestrator.console import entry
 
     entry()
 
@@ -26,8 +27,10 @@ from typing import Any, Callable
 
 import click
 
-from orchestrator.cli_base import DEFAULT_STATE_DIR, CommandStopped, Settings, print_runs, run_command, status
-from orchestrator.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from orchestrator.cli_base import (
+    DEFAULT_STATE_DIR, CommandStopped, Settings, parse_extra_options, print_outcome, print_runs, run_command, status,
+)
+from orchestrator.errors import EXIT_OK, EXIT_USAGE, UsageError
 
 
 def common_options(func: Callable) -> Callable:
@@ -121,39 +124,6 @@ def main(ctx: click.Context, as_json: bool, state_dir: str | None, debug: bool) 
     --json, --state-dir and --debug go before the command or after it.
     """
     ctx.obj = {"as_json": as_json, "state_dir": state_dir, "debug": debug}
-
-
-def print_outcome(settings: Settings, outcome: Any) -> int:
-    from orchestrator.render import emit_json, status_text, status_view
-
-    if settings.as_json:
-        emit_json({**status_view(outcome.state), **outcome.details})
-    else:
-        for message in outcome.messages:
-            print(message, file=sys.stderr)
-        print(status_text(outcome.state))
-    return outcome.exit_code
-
-
-def parse_extra_options(args: list[str]) -> dict[str, Any]:
-    """``--model X --commit never --dry`` -> {"model": "X", "commit": "never", "dry": True}."""
-    options: dict[str, Any] = {}
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if not arg.startswith("--") or arg == "--":
-            raise UsageError(f"unexpected argument {arg!r}; workflow options look like --name VALUE")
-        key, _, inline = arg[2:].partition("=")
-        key = key.replace("-", "_")
-        if inline:
-            options[key] = inline
-        elif index + 1 < len(args) and not args[index + 1].startswith("--"):
-            options[key] = args[index + 1]
-            index += 1
-        else:
-            options[key] = True
-        index += 1
-    return options
 
 
 _EXTRA = {"ignore_unknown_options": True, "allow_extra_args": True}

@@ -1,4 +1,5 @@
-"""What every CLI command shares, without click: settings, the one error handler, and the reads.
+"""What every CLI command shares, without click: settings, the one error handler, printing an outcome,
+parsing workflow options, and the reads.
 
 ``status`` is the command people and agents poll, so it must start in about the time Python
 itself does. ``run_plain_status`` takes the common spelling, ``status [RUN] [--json]
@@ -109,6 +110,39 @@ def status(settings: Settings, run_id: str | None) -> int:
     return exit_code_for(state)
 
 
+def print_outcome(settings: Settings, outcome: Any) -> int:
+    from orchestrator.render import emit_json, status_text, status_view
+
+    if settings.as_json:
+        emit_json({**status_view(outcome.state), **outcome.details})
+    else:
+        for message in outcome.messages:
+            print(message, file=sys.stderr)
+        print(status_text(outcome.state))
+    return outcome.exit_code
+
+
+def parse_extra_options(args: list[str]) -> dict[str, Any]:
+    """``--model X --commit never --dry`` -> {"model": "X", "commit": "never", "dry": True}."""
+    options: dict[str, Any] = {}
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if not arg.startswith("--") or arg == "--":
+            raise UsageError(f"unexpected argument {arg!r}; workflow options look like --name VALUE")
+        key, _, inline = arg[2:].partition("=")
+        key = key.replace("-", "_")
+        if inline:
+            options[key] = inline
+        elif index + 1 < len(args) and not args[index + 1].startswith("--"):
+            options[key] = args[index + 1]
+            index += 1
+        else:
+            options[key] = True
+        index += 1
+    return options
+
+
 def _jobs_now(state: dict[str, Any]) -> list[dict[str, Any]]:
     """A run waiting on cluster jobs: their states now (one squeue call; the cluster code only then)."""
     if state.get("awaiting") != "job":
@@ -177,11 +211,3 @@ def run_plain_status(argv: list[str]) -> None:
     settings = Settings(as_json=found.get("as_json", False), state_dir=found.get("state_dir"),
                         debug=found.get("debug", False))
     run_command(status, settings, {"run_id": found.get("run_id")})
-
-
-def entry() -> None:
-    """The console script: a plain ``status`` here, every other command line through click."""
-    run_plain_status(sys.argv[1:])
-    from orchestrator.cli import main
-
-    sys.exit(main())

@@ -8,12 +8,12 @@ from typing import Any, Callable
 
 import click
 
+from orchestrator.cli_base import parse_extra_options, print_outcome
+
 _EXTRA = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
 def register(main: click.Group, command: Callable) -> None:
-    from orchestrator.cli import print_outcome
-
     def submit(settings: Any, run_id: str, kind: str, args: dict[str, Any]) -> int:
         from orchestrator import engine
 
@@ -29,8 +29,6 @@ def register(main: click.Group, command: Callable) -> None:
 
         A value that starts with "--" (a diff) goes as --field=VALUE.
         """
-        from orchestrator.cli import parse_extra_options
-
         return submit(settings, run_id, kind, parse_extra_options(click.get_current_context().args))
 
     @command(main, "candidate")

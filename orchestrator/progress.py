@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 PREFIX = "@@progress "
 
@@ -29,6 +29,15 @@ def parse(line: str) -> str | None:
         return str(json.loads(line[len(PREFIX):]).get("message", ""))
     except ValueError:
         return None
+
+
+def pump_stream(stream: Any, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
+    """Copy a worker's output (a binary stream) into ``log`` line by line, showing its progress lines."""
+    for raw in iter(stream.readline, b""):
+        log += raw
+        message = parse(raw.decode("utf-8", "replace").rstrip("\n"))
+        if message is not None and on_progress is not None:
+            on_progress(message)
 
 
 class Eta:

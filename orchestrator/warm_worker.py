@@ -33,6 +33,9 @@ import socket
 import sys
 from pathlib import Path
 
+from orchestrator import worker_main
+from orchestrator.progress import pump_stream
+
 STALE_EXIT = 75
 DROPPED = "--dropped-for-cuda="
 _CHILD_HOOKS: list = []
@@ -116,14 +119,11 @@ def _answer_one(conn: socket.socket, imported: dict[str, str], root: str) -> Non
 def _child(call: dict, log_fd: int, imported: dict[str, str], root: str) -> int:
     import signal
 
-    from orchestrator import worker_main
-    from orchestrator.worker import die_with_parent
-
     os.setsid()
     # As worker_main's supervisor does: when the server (and so the engine) dies, SIGTERM
     # arrives and the child's whole group goes, grandchildren included.
-    signal.signal(signal.SIGTERM, worker_main._kill_group)
-    die_with_parent()
+    signal.signal(signal.SIGTERM, worker_main.kill_own_group)
+    worker_main.die_with_parent()
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     target = Path(call["target"])
@@ -173,8 +173,6 @@ def run_warm(path: str, func: str, request_path: Path, answer_path: Path, *, tar
     """
     import threading
     import time
-
-    from orchestrator.worker import pump_stream
 
     read_fd, write_fd = os.pipe()
     try:

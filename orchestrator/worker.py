@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import progress, warm_worker
+from orchestrator import warm_worker
 from orchestrator.errors import WorkerFailed
+from orchestrator.progress import pump_stream
+from orchestrator.worker_main import die_with_parent
 
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 _WARM_SERVER: list[str] = []
@@ -102,16 +104,16 @@ def run_worker(
             return WorkerRun(answer=None, status="failed", returncode=None, seconds=0.0,
                              log=f"FAILED {func}: cannot start {python!r} in {target}: {exc.strerror}\n".encode())
         log = bytearray()
-        reader = threading.Thread(target=_pump, args=(child, log, on_progress), daemon=True)
+        reader = threading.Thread(target=pump_stream, args=(child.stdout, log, on_progress), daemon=True)
         reader.start()
         status = "ok"
         try:
             child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             status = "timeout"
-            _kill_group(child)
+            _kill_worker_group(child)
         except BaseException:  # Ctrl-C, SIGTERM: the worker and everything it started go too
-            _kill_group(child)
+            _kill_worker_group(child)
             raise
         reader.join(timeout=10)
         return _finish(func, (child.returncode, status, bytes(log)), answer_path=answer_path,
@@ -128,37 +130,13 @@ def _finish(func: str, ended: tuple[int | None, str, bytes], *, answer_path: Pat
     return WorkerRun(answer=answer, status=status, returncode=returncode, seconds=seconds, log=log)
 
 
-def _kill_group(child: subprocess.Popen) -> None:
+def _kill_worker_group(child: subprocess.Popen) -> None:
     """SIGKILL the worker's process group (its own session: the worker and all it started)."""
     try:
         os.killpg(child.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     child.wait()
-
-
-def die_with_parent() -> None:
-    """Linux: the worker gets SIGTERM when the engine dies (even by SIGKILL); worker_main's
-    supervisor then kills the worker's whole process group, grandchildren included."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _pump(child: subprocess.Popen, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
-    assert child.stdout is not None
-    pump_stream(child.stdout, log, on_progress)
-
-
-def pump_stream(stream: Any, log: bytearray, on_progress: Callable[[str], None] | None) -> None:
-    for raw in iter(stream.readline, b""):
-        log += raw
-        message = progress.parse(raw.decode("utf-8", "replace").rstrip("\n"))
-        if message is not None and on_progress is not None:
-            on_progress(message)
 
 
 def _read_answer(path: Path) -> dict[str, Any] | None:

@@ -41,14 +41,14 @@ def supervise() -> None:
     """Fork; the parent stays behind as the group's supervisor and exits as its child did."""
     import signal
 
-    signal.signal(signal.SIGTERM, _kill_group)
+    signal.signal(signal.SIGTERM, kill_own_group)
     expected_parent = os.environ.get("ORCHESTRATOR_ENGINE_PID")
     if expected_parent and os.getppid() != int(expected_parent):
-        _kill_group()  # the engine died before the death signal was armed
+        kill_own_group()  # the engine died before the death signal was armed
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _set_death_signal(signal.SIGKILL)
+        set_death_signal(signal.SIGKILL)
         if os.getppid() == 1:
             os._exit(1)
         return
@@ -61,13 +61,23 @@ def supervise() -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def _kill_group(*_args: object) -> None:
+def kill_own_group(*_args: object) -> None:
+    """SIGKILL this process's whole group (a signal handler: it takes and ignores the handler's arguments)."""
     import signal
 
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def _set_death_signal(signum: int) -> None:
+def die_with_parent() -> None:
+    """Linux: this process gets SIGTERM when its parent dies (even by SIGKILL); a worker's supervisor
+    then kills the worker's whole process group, grandchildren included. A ``preexec_fn``."""
+    import signal
+
+    set_death_signal(signal.SIGTERM)
+
+
+def set_death_signal(signum: int) -> None:
+    """Linux: ``signum`` arrives when the parent process dies (PR_SET_PDEATHSIG); elsewhere nothing."""
     try:
         import ctypes
 

@@ -139,10 +139,9 @@ def clone_of(source: Path, dest: Path) -> Path:
     """A fresh clone with a committer identity (runs commit into it)."""
     import git
 
-    repo = git.Repo.clone_from(str(source), str(dest))
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "orchestrator")
-        config.set_value("user", "email", "orchestrator@localhost")
+    from orchestrator.workspaces import set_bot_identity
+
+    set_bot_identity(git.Repo.clone_from(str(source), str(dest)))
     return dest
 
 

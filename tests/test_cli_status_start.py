@@ -16,7 +16,7 @@ LEAN = ("import atexit, sys; atexit.register(lambda: print(sorted({m.split('.')[
         "{'click', 'cryptography', 'pydantic', 'transitions', 'rich', 'hashlib', 'filelock', 'git', 'jinja2'}) + "
         "sorted(m for m in sys.modules if m.startswith(('orchestrator.trail.anchor', 'orchestrator.trail.signing', "
         "'orchestrator.trail.writer', 'orchestrator.workflow', 'orchestrator.jobs', 'phases'))), file=sys.stderr)); "
-        "sys.argv = ['orchestrator'] + sys.argv[1:]; from orchestrator.cli_base import entry; entry()")
+        "sys.argv = ['orchestrator'] + sys.argv[1:]; from orchestrator.console import entry; entry()")
 
 
 def via_click(*args: str) -> subprocess.CompletedProcess:

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.evidence import unpacked
 
-EVIDENCE = ROOT / "bench/results/2026-12-02-h200-matrix/first-call"
+EVIDENCE = unpacked("2026-12-02-h200-matrix") / "first-call"
 RUNS = sorted(p.name for p in (EVIDENCE / "runs").iterdir())
 
 

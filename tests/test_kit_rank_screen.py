@@ -7,12 +7,12 @@ import time
 import pytest
 
 from phases.kit.rank import evaluate_stop_rule, rank_candidates
-from phases.kit.records import Candidate
+from phases.kit.records import RankItem
 from phases.kit.screen import rotated_orders, screen_variants
 
 
-def _cand(name: str, measured: float, ideal: float, **flags: bool) -> Candidate:
-    return Candidate(name=name, measured_ms=measured, ideal_ms=ideal, layer_ms=100.0, **flags)
+def _cand(name: str, measured: float, ideal: float, **flags: bool) -> RankItem:
+    return RankItem(name=name, measured_ms=measured, ideal_ms=ideal, layer_ms=100.0, **flags)
 
 
 def test_small_gap_on_a_big_share_beats_big_gap_on_a_small_share():
@@ -48,7 +48,7 @@ def test_stop_rule():
 
 def test_rank_rejects_a_missing_layer_time():
     with pytest.raises(ValueError, match="'x' has layer_ms=0.0"):
-        rank_candidates([Candidate(name="x", measured_ms=1.0, ideal_ms=0.5, layer_ms=0.0)])
+        rank_candidates([RankItem(name="x", measured_ms=1.0, ideal_ms=0.5, layer_ms=0.0)])
 
 
 def test_screen_rotates_order_and_keeps_all_samples():

@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.evidence import unpacked
 
-EVIDENCE = ROOT / "bench/results/2026-11-30-lcp-h200"
+EVIDENCE = unpacked("2026-11-30-lcp-h200")
 RUN_ID = "local-compile-perf-20261130-092811-09ad"
 RUN = EVIDENCE / "runs" / RUN_ID
 

@@ -12,7 +12,8 @@ import pytest
 
 from phases.local_compile_perf import rules
 from phases.local_compile_perf.pr_lint import lint_pr_text
-from tests.conftest import ROOT, cli, make_repo
+from tests.conftest import cli, make_repo
+from tests.evidence import unpacked
 
 GOOD_PR = """**TLDR:** real RoPE: one kernel instead of seven; 4096 tokens 10.000 -> 9.000 ms per step (-10.0%).
 
@@ -128,7 +129,7 @@ def test_reports_on_a_host_timer_call_nothing_a_win(device):
     from phases.local_compile_perf.findings import side_by_side
     from phases.local_compile_perf.screen_confirm import cell, judge
 
-    run = json.loads(next((ROOT / "bench/results/2026-11-30-lcp-h200/runs").glob("*/run.json")).read_text())
+    run = json.loads(next((unpacked("2026-11-30-lcp-h200") / "runs").glob("*/run.json")).read_text())
     plan = {**run["results"]["plan"], "device": device}
     entry = run["records"]["stack_entry"][0]
     rows = [Cell.model_validate(r) for r in entry["confirm_rows"]]
@@ -205,7 +206,7 @@ def test_findings_keep_a_rejected_candidates_confirmed_timing():
     graph budget has none. The plan is the H200 run's (bench/results/h200-2026-11-29-s3)."""
     from orchestrator.context import render_template
 
-    run = json.loads((ROOT / "bench/results/h200-2026-11-29-s3/run/run.json").read_text())
+    run = json.loads((unpacked("h200-2026-11-29-s3") / "run/run.json").read_text())
     confirmed = [{"metric": "wall_ms", "tokens": 2048, "delta_pct": -21.59}, {"metric": "wall_ms", "tokens": 16384,
                                                                               "delta_pct": -14.4}]
     rejected = [{"label": "five rewrites", "branch": "candidate/combined-replay", "phase": "correctness",

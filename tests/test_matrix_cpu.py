@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from phases.add_moe_model.numerics import OURS
+from phases.add_moe_model.error_triage import OURS
 from phases.add_moe_model.survey.outcome import attribute_traceback
 from tests.conftest import ROOT, cli
 from tests.run_fixtures import MAIN_SURVEY_MODELS

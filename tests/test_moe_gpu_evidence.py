@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.evidence import unpacked
 
-EVIDENCE = ROOT / "bench/results/2026-11-30-add-moe-gpu"
+EVIDENCE = unpacked("2026-11-30-add-moe-gpu")
 FIRST_CALL = EVIDENCE / "first-call"
 RUNS = sorted(p.name for p in (EVIDENCE / "runs").iterdir())
 FIRST_CALL_RUNS = sorted(p.name for p in (FIRST_CALL / "runs").iterdir())

@@ -15,6 +15,7 @@ import git
 import pytest
 
 from phases.add_moe_model import compat_doc, numerics, rules, tree_scripts
+from phases.add_moe_model.error_triage import triage_error
 from phases.add_moe_model.gap_recipes import build_all_patches
 from phases.add_moe_model.workspace import EXP, new_run_workspace
 from tests.conftest import clone_of, cli, make_repo
@@ -48,7 +49,7 @@ def test_no_guard_fires_on_either_untouched_tree(main_snapshot, tmp_path):
 def test_a_broadcast_error_in_the_moe_is_not_blamed_on_the_expert_weights():
     seen_on_main = ("RuntimeError: output with shape [8] doesn't match the broadcast shape [16, 8] "
                     "[at moe.py:438 forward <- module.py:1789 _call_impl]")
-    issue = numerics.triage_error("qwen3_moe", "RuntimeError", seen_on_main)
+    issue = triage_error("qwen3_moe", "RuntimeError", seen_on_main)
     assert issue.code == "numerics_error" and "moe.py:438" in issue.message
 
 

@@ -23,7 +23,8 @@ from orchestrator.templates_dir import templates_dir
 from phases.add_moe_model import numerics as phase
 from phases.add_moe_model.survey.outcome import numerics_summary
 from phases.add_moe_model.work.firmness import judge_edge
-from phases.add_moe_model.work.numerics import CompareResult, RoundTrip, classify_kl
+from phases.add_moe_model.work.kl import classify_kl
+from phases.add_moe_model.work.numerics import CompareResult, RoundTrip
 from tests.conftest import call_worker, make_repo
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,8 +21,9 @@ from phases.add_moe_model.parallel_matrix import (
 )
 from phases.add_moe_model.parallelism import job_script, take_results
 from tests.conftest import ROOT, call_worker
+from tests.evidence import unpacked
 
-GPU_RUN = ROOT / "bench/results/2026-11-30-add-moe-gpu/runs/add-moe-model-20261130-073756-8676/artifacts"
+GPU_RUN = unpacked("2026-11-30-add-moe-gpu") / "runs/add-moe-model-20261130-073756-8676/artifacts"
 PATHS = TrainerPaths(hf_config="/r/trainer/hf_config", tokenizer="/r/trainer/tokenizer", dataset="/r/trainer/c4_test",
                      dump="/r/out")
 FSDP_CAPABILITY = {"torch": "2.11.0+cu130", "ok": False, "error": "fully_shard() has no dp_mesh_dims parameter"}

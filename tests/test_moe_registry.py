@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from phases.add_moe_model.model_source import ModelSourceError, find_registry_entry, load_registry, resolve_model_source
+from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
+from phases.kit.registry import find_registry_entry, load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = [
@@ -85,8 +86,9 @@ def test_engine_side_modules_do_not_import_torch() -> None:
 
 @pytest.mark.slow
 def test_every_registry_entry_builds_its_transformers_config() -> None:
-    from phases.add_moe_model.work.hf_config import build_hf_config, read_field
-    from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS as EXPERT_KEYS
+    from phases.add_moe_model.work.config_fields import EXPERT_COUNT_KEYS as EXPERT_KEYS
+    from phases.add_moe_model.work.config_fields import read_field
+    from phases.add_moe_model.work.hf_config import build_hf_config
 
     for entry in load_registry():
         config = build_hf_config(resolve_model_source(entry.hf_id))

@@ -47,7 +47,7 @@ def test_every_row_has_one_outcome_and_none_is_our_error(survey):
 
 def test_the_verdict_says_how_firm_its_tier_is(survey):
     numerics = next(r for r in survey["body"]["rows"] if r["model_type"] == "qwen3_moe")["numerics"]
-    from phases.add_moe_model.work.numerics import classify_kl
+    from phases.add_moe_model.work.kl import classify_kl
 
     assert numerics["tier"] == classify_kl(numerics["kl"]) != "FAIL"
     assert numerics["spread"] >= 0.0 and numerics["kl_fp64"] is not None and numerics["fp32_kl"] is not None

@@ -12,7 +12,7 @@ from phases.add_moe_model.model_source import resolve_model_source
 from phases.add_moe_model.survey.discover import list_moe_models
 from phases.add_moe_model.work.hf_config import build_hf_config
 from phases.add_moe_model.work.layers import build_truncated_config
-from phases.add_moe_model.work.moe_form import expert_count
+from phases.add_moe_model.work.config_fields import expert_count
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from phases.add_moe_model.work.synthetic import build_synthetic_entry, check_synthetic_config
 

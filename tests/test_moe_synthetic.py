@@ -165,7 +165,7 @@ def test_a_broken_rule_is_orchestrators_own_code_so_a_person_decides() -> None:
     decided = rules_broken({"model_type": "x"}, ["x config reads none of (...) for the top-k"])
     assert decided.outcome == "needs_human"
     (issue,) = decided.issues
-    assert "config_keys.py" in issue.fix_location and "--waive synthetic_rule_broken" in issue.fix_location
+    assert "config_fields.py" in issue.fix_location and "--waive synthetic_rule_broken" in issue.fix_location
 
 
 @pytest.mark.slow

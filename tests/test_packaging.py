@@ -44,7 +44,7 @@ def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
         "print(templates_root()); print(r('local_compile_perf', 'devlog.md.j2', run_id='R1', entries=[]))"), tmp_path)
     assert lcp.returncode == 0 and "R1" in lcp.stdout, lcp.stderr
     assert lcp.stdout.startswith(str(installed / "orchestrator" / "templates")), lcp.stdout
-    assert (installed / "phases" / "add_moe_model" / "registry.json").is_file()
+    assert (installed / "phases" / "kit" / "registry.json").is_file()
     shipped = installed / "orchestrator" / "templates"
     for folder in ("add_moe_model", "local_compile_perf", "agent"):
         assert list((shipped / folder).glob("*.j2")), folder

@@ -18,7 +18,7 @@ import subprocess
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model.caveats import caveat_lines, summary_caveat
-from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS
+from phases.add_moe_model.work.config_fields import entry_expert_count
 from phases.add_moe_model.measured_tree import check_measured
 from phases.add_moe_model.records import Numerics, Probe, Synthetic
 from phases.add_moe_model.workspace import EXP
@@ -76,7 +76,7 @@ def message_values(ctx: PhaseContext) -> dict[str, object]:
     probe, verdict = ctx.result("probe", Probe), ctx.result("numerics", Numerics).verdict
     entry = ctx.result("synthetic_config", Synthetic).entry
     # An entry without an expert key keeps the config's default, which synthetic_config checked is 8.
-    experts = next((int(entry[k]) for k in EXPERT_COUNT_KEYS if entry.get(k)), 8)
+    experts = entry_expert_count(entry) or 8
     return {"model_name": ctx.options["model_id"].split("/")[-1].removeprefix("type:"),
             "hidden_size": entry.get("hidden_size", probe.hidden_size),
             "moe_intermediate_size": entry.get("moe_intermediate_size", probe.moe_intermediate_size),

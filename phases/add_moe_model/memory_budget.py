@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS
+from phases.add_moe_model.work.config_fields import entry_expert_count
 
 BYTES_PER_WEIGHT = 8
 GIB = 1 << 30
@@ -22,7 +22,7 @@ def expert_weights(entry: dict[str, Any]) -> int:
     """Routed (and shared) expert weights of one MoE layer of the synthetic entry."""
     hidden = int(entry.get("hidden_size") or 0)
     inner = int(entry.get("moe_intermediate_size") or entry.get("intermediate_size") or 0)
-    experts = next((int(entry[k]) for k in EXPERT_COUNT_KEYS if entry.get(k)), 8)
+    experts = entry_expert_count(entry) or 8
     shared = int(entry.get("n_shared_experts") or 0)
     return (experts + shared) * 3 * hidden * inner
 

@@ -1,7 +1,7 @@
 """Resolve the MODEL option of add_moe_model into a ModelSource (engine side, no torch).
 
 MODEL may be a Hugging Face id or alias from the bundled registry (real published
-dimensions, kept as data in registry.json), a local directory or config.json, or
+dimensions, kept as data in the kit's registry.json: ``phases.kit.registry``), a local directory or config.json, or
 ``type:<model_type>`` for a transformers config class's defaults. Anything else that
 looks like a hub id becomes kind "hub": only the worker can tell whether transformers
 finds it offline, so it is validated there, not here. Input that is wrong on its face
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-REGISTRY_PATH = Path(__file__).with_name("registry.json")
+from phases.kit.registry import find_registry_entry
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _MODEL_TYPE = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 
@@ -43,34 +43,6 @@ class ModelSource(BaseModel):
     """Config kwargs (registry) or the parsed config.json (config_file)."""
     path: str | None = None
     """Absolute path of the config.json for kind config_file."""
-
-
-class RegistryEntry(BaseModel):
-    """One real MoE model in registry.json."""
-
-    model_config = ConfigDict(frozen=True)
-
-    hf_id: str
-    aliases: tuple[str, ...] = ()
-    model_type: str
-    provenance: str
-    config: dict[str, Any]
-
-
-@cache
-def load_registry() -> tuple[RegistryEntry, ...]:
-    """Return the bundled registry entries."""
-    raw = json.loads(REGISTRY_PATH.read_text())
-    return tuple(RegistryEntry.model_validate(m) for m in raw["models"])
-
-
-def find_registry_entry(text: str) -> RegistryEntry | None:
-    """Return the entry whose hf_id or alias equals ``text`` (case-insensitive)."""
-    wanted = text.strip().lower()
-    for entry in load_registry():
-        if wanted in {entry.hf_id.lower(), *(a.lower() for a in entry.aliases)}:
-            return entry
-    return None
 
 
 def resolve_model_source(text: str) -> ModelSource:

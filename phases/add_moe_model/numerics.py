@@ -17,7 +17,7 @@ experts on a small machine), the bf16 verdict runs alone and the trail says so. 
 with ``--weights DIR`` also runs the skill's pretrained test (Phase 3b) on that checkpoint
 (``pretrained``), with the tree's own pretrained script where the target ships it.
 
-Thresholds live in the worker module as our constants; nothing is read from the target.
+Thresholds live in ``work/kl.py`` as our constants; nothing is read from the target.
 Engine side: no torch import here or at import time of the worker module.
 """
 
@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import pretrained, tree_scripts
+from phases.add_moe_model.error_triage import NOT_THE_AGENTS, OURS, triage_error
 from phases.add_moe_model.load_findings import check_load
 from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
@@ -45,11 +46,6 @@ DIAGNOSTIC_DTYPE = "float32"
 # different block (observed: gemma4_text KL 4.4e-08 with cos 0.949 in bf16 and fp32).
 # Healthy models stayed above 0.99999 in the fp32 diagnostic on this CPU.
 DIAGNOSTIC_COS_FLOOR = 0.9999
-# The workers meet a target they do not know: a finding that ends the phase, never a triage for the agent.
-UNKNOWN_TARGET = {"UnknownMoeLayout": "unknown_moe_layout", "UnknownTargetApi": "unknown_target_api"}
-# Our own code or process plumbing failed (a fork that broke CUDA, the firmness measurement): the phase
-# fails, so the run ends as an error of ours instead of a finding that blames the experiment folder.
-OURS = frozenset({*UNKNOWN_TARGET.values(), "worker_plumbing_error", "firmness_error", "numerics_worker_dropped_keys"})
 METRIC_UNITS = {"kl": "nats", "cos_sim": "ratio", "max_diff": "abs", "mean_diff": "abs"}
 
 
@@ -249,41 +245,3 @@ def triage(r: Any) -> list[Issue]:
         issues.append(triage_error(r.model_type, r.error_type or "", r.error or "", origin=r.error_origin,
                                    frame=r.error_frame))
     return issues
-
-
-# Findings whose fix is not the agent's: the phase waits for a person (waive with a reason, or abort).
-NOT_THE_AGENTS = frozenset({"raised_in_transformers", "titan_lacks_converted_keys"})
-
-
-def triage_error(model_type: str, error_type: str, error: str, *, origin: str | None = None,
-                 frame: str | None = None) -> Issue:
-    """Map an exception to the skill's fix location (A.3 failure triage), by whose code raised it first."""
-    from phases.add_moe_model.work.error_origin import plumbing_failure
-
-    text = error.lower()
-    if plumbing_failure(error):
-        return Issue(code="worker_plumbing_error", message=f"{model_type}: {error}",
-                     fix_location=f"the orchestrator's worker process ({frame or 'no frame'} only met it): "
-                                  "not the experiment code")
-    if origin == "transformers":
-        return Issue(code="raised_in_transformers", message=f"{model_type}: {error}",
-                     fix_location=f"transformers ({frame}), HF's own modeling code that the comparison runs "
-                                  "unmodified: outside the experiment folder. A person decides: waive with a reason "
-                                  "(`orchestrator resume RUN --waive raised_in_transformers --reason TEXT`), report "
-                                  "it upstream, or abort")
-    if error_type == "ValueError" and ("_probe" in text or "moe_replacement" in text or "_resolve" in text):
-        return Issue(code="probe_value_error", message=f"{model_type}: {error}",
-                     fix_location="synthetic config entry (Phase 2); probe in moe_replacement.py")
-    if "load_state_dict" in text or "size mismatch" in text:
-        return Issue(code="adapter_shape_mismatch", message=f"{model_type}: {error}",
-                     fix_location="state_dict_adapter.py")
-    if error_type in UNKNOWN_TARGET:
-        return Issue(code=UNKNOWN_TARGET[error_type], message=f"{model_type}: {error}",
-                     fix_location="phases/add_moe_model/work/layout.py (the workflow's worker does not know "
-                                  "this part of the target; the target is not at fault)")
-    if "grouped_mm" in text or ("shape" in text and ("experts" in text or "grouped" in text)):
-        return Issue(code="grouped_mm_shape_error", message=f"{model_type}: {error}",
-                     fix_location="expert weight shapes: layout detection in moe_replacement.py, "
-                                  "transpose in state_dict_adapter.py")
-    return Issue(code="numerics_error", message=f"{model_type}: {error}",
-                 fix_location="the frame named in the error (experiment code under EXP/)")

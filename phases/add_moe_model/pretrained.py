@@ -21,6 +21,7 @@ from typing import Any
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import tree_scripts
 from phases.add_moe_model.compat import EXP
+from phases.add_moe_model.error_triage import NOT_THE_AGENTS, OURS, triage_error
 
 WORKER = "phases.add_moe_model.work.pretrained:compare_pretrained"
 NEP_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence_pretrained.py"
@@ -77,8 +78,6 @@ def merge(result: PhaseResult, row: dict[str, Any]) -> PhaseResult:
 
 def outcome_for(issue: Issue) -> str:
     """As for the synthetic comparison: our own failure fails the phase, transformers' waits for a person."""
-    from phases.add_moe_model.numerics import NOT_THE_AGENTS, OURS
-
     code = issue.code.removeprefix("pretrained_")
     return "failed" if code in OURS else "needs_human" if code in NOT_THE_AGENTS else "needs_agent"
 
@@ -92,8 +91,6 @@ def summary_line(row: dict[str, Any]) -> str:
 
 def pretrained_issues(row: dict[str, Any]) -> list[Issue]:
     """The skill's failure triage for an ERROR of the pretrained comparison (the synthetic one's, renamed)."""
-    from phases.add_moe_model.numerics import triage_error
-
     if row["status"] != "ERROR":
         return []
     issue = triage_error(row["model"], row.get("error_type") or "", row.get("error") or "",

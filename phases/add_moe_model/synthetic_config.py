@@ -18,7 +18,7 @@ from phases.add_moe_model.model_source import ModelSourceError, resolve_model_so
 from phases.add_moe_model.records import Probe
 
 WORKER = "phases.add_moe_model.work.synthetic:build_synthetic"
-CONFIG_KEYS = "phases/add_moe_model/config_keys.py"
+CONFIG_KEYS = "phases/add_moe_model/work/config_fields.py"
 NE_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
 
 

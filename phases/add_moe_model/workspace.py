@@ -2,8 +2,9 @@
 
 ``--target embedded`` needs nothing but the installed wheel. A pristine repository is made
 once per torchtitan version and content (``<state>/workspaces/.pristine-torchtitan-<v>-<hash>``:
-the package copied without caches, one commit), and every run gets its own ``git clone``
-of it, so runs never edit each other's tree and the base commit is the same for all.
+the package copied without caches, one commit by the bot: ``orchestrator.workspaces``), and every
+run gets its own ``git clone`` of it, so runs never edit each other's tree and the base commit is the
+same for all.
 No torch import: the package is located with ``importlib.util.find_spec``.
 """
 
@@ -12,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 from orchestrator.errors import UsageError
+from orchestrator.workspaces import build_pristine, set_bot_identity
 
 EXP = "torchtitan/experiments/transformers_modeling_backend/"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
@@ -45,28 +45,14 @@ def content_hash(package: Path) -> str:
 
 def pristine_repo(state_dir: Path) -> Path:
     """The pristine repository for the installed torchtitan (made once, atomically)."""
-    import git
-
     package, version = installed_torchtitan()
-    home = state_dir / "workspaces"
-    pristine = home / f".pristine-torchtitan-{version}-{content_hash(package)}"
-    if (pristine / ".git").is_dir():
-        return pristine
-    home.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=home, prefix=".new-pristine-"))
-    try:
-        shutil.copytree(package, tmp / "torchtitan", ignore=_IGNORE)
-        (tmp / ".gitignore").write_text("__pycache__/\n*.pyc\n")
-        repo = git.Repo.init(tmp, initial_branch="main")
-        repo.git.add(A=True)
-        author = git.Actor("orchestrator", "orchestrator@localhost")
-        repo.index.commit(f"torchtitan {version} as installed (pristine)", author=author, committer=author)
-        os.replace(tmp, pristine)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (pristine / ".git").is_dir():
-            raise
-    return pristine
+
+    def copy_package(folder: Path) -> str:
+        shutil.copytree(package, folder / "torchtitan", ignore=_IGNORE)
+        return f"torchtitan {version} as installed (pristine)"
+
+    return build_pristine(state_dir / "workspaces" / f".pristine-torchtitan-{version}-{content_hash(package)}",
+                          copy_package)
 
 
 def new_run_workspace(state_dir: Path) -> Path:
@@ -76,8 +62,5 @@ def new_run_workspace(state_dir: Path) -> Path:
     pristine = pristine_repo(state_dir)
     version = pristine.name.split("-")[2]
     target = state_dir / "workspaces" / f"torchtitan-{version}-{secrets.token_hex(3)}"
-    repo = git.Repo.clone_from(str(pristine), str(target), local=True)
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "orchestrator")
-        config.set_value("user", "email", "orchestrator@localhost")
+    set_bot_identity(git.Repo.clone_from(str(pristine), str(target), local=True))
     return target

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from phases.kit.records import Candidate, Ranked, StopDecision
+from phases.kit.records import RankItem, Ranked, StopDecision
 
 DEFAULT_THRESHOLD = 0.01
 """Share of the layer under which a candidate is not worth a change (~1%)."""
 
 
-def score_candidate(candidate: Candidate) -> Ranked:
+def score_candidate(candidate: RankItem) -> Ranked:
     """Score one candidate from its table values (no filtering)."""
     if candidate.layer_ms <= 0:
         raise ValueError(f"rank: candidate {candidate.name!r} has layer_ms={candidate.layer_ms}; "
@@ -29,7 +29,7 @@ def score_candidate(candidate: Candidate) -> Ranked:
                   gain_share=gap / candidate.layer_ms, kept_because="")
 
 
-def rank_candidates(rows: Iterable[Candidate], *, threshold: float = DEFAULT_THRESHOLD) -> list[Ranked]:
+def rank_candidates(rows: Iterable[RankItem], *, threshold: float = DEFAULT_THRESHOLD) -> list[Ranked]:
     """Score, drop items under ``threshold`` of the layer unless flagged, sort by score.
 
     Args:
@@ -48,7 +48,7 @@ def rank_candidates(rows: Iterable[Candidate], *, threshold: float = DEFAULT_THR
     return sorted(kept, key=lambda r: -r.score_ms)
 
 
-def _flag_reason(candidate: Candidate) -> str:
+def _flag_reason(candidate: RankItem) -> str:
     reasons = [r for r, on in (("fixes correctness", candidate.fixes_correctness),
                                ("removes a host sync", candidate.removes_host_sync)) if on]
     return " and ".join(reasons)

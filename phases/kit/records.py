@@ -175,7 +175,7 @@ class OpBytes(Record):
         return self.bytes_read + self.bytes_written
 
 
-class Candidate(Record):
+class RankItem(Record):
     """An input row of the ranking."""
 
     name: str
@@ -188,7 +188,7 @@ class Candidate(Record):
 
 
 class Ranked(Record):
-    candidate: Candidate
+    candidate: RankItem
     share_of_layer: float
     """measured_ms / layer_ms."""
     score_ms: float

@@ -49,17 +49,17 @@ def stop_caveat(tokens: int, outside: float, glue: float, *, cuda: bool) -> str:
 @renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     from phases.kit.rank import evaluate_stop_rule, rank_candidates
-    from phases.kit.records import Candidate
+    from phases.kit.records import RankItem
 
     ideal = ctx.results["ideal_times"]
     threshold = ctx.result("plan", Plan).stop_threshold
     layer = layer_ms_at(ctx, ideal["tokens"])
-    rows = [Candidate(name=r["op"], measured_ms=r["measured_ms"], ideal_ms=r["ideal_ms"], layer_ms=layer)
+    rows = [RankItem(name=r["op"], measured_ms=r["measured_ms"], ideal_ms=r["ideal_ms"], layer_ms=layer)
             for r in ideal["rows"]]
     outside, glue = unregioned_row(measured(ctx.result("baselines", Baselines).rows, "eager", ideal["tokens"]),
                                    ideal["rows"])
     if outside > 0:
-        rows.append(Candidate(name=UNREGIONED, measured_ms=outside, ideal_ms=0.0, layer_ms=layer))
+        rows.append(RankItem(name=UNREGIONED, measured_ms=outside, ideal_ms=0.0, layer_ms=layer))
     ranked = rank_candidates(rows, threshold=threshold)
     dropped = sorted({r.name for r in rows} - {k.candidate.name for k in ranked})
     stop = evaluate_stop_rule(ranked, layer, threshold=threshold)

@@ -20,9 +20,9 @@ from typing import Any
 import git
 
 from orchestrator.phase_api import PhaseContext
+from orchestrator.workspaces import commit_as_bot
 from phases.local_compile_perf.records import PreparedCandidate
-from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, declared_region_names, read_embedded_settings
-from phases.local_compile_perf.workspace import BOT
+from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, read_embedded_settings
 
 SHARED_DEFAULT_FILES = ("examples/moe_layer/local_compile.py", "torchtitan/distributed/local_compile.py",
                         "torchtitan/config/job_config.py")
@@ -88,7 +88,7 @@ def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[s
         raise CandidateRefused(f"branch {branch!r} does not apply on the stack tip {tip[:10]}: "
                                f"{str(exc).splitlines()[-1][:200]}") from None
     messages = [repo.commit(c).message.strip() for c in commits]
-    wt.index.commit(f"{submission['label']}\n\n" + "\n\n".join(messages), author=BOT, committer=BOT)
+    commit_as_bot(wt, f"{submission['label']}\n\n" + "\n\n".join(messages))
     files = wt.git.diff("--name-only", tip, "HEAD").split()
     regions = tuple(submission.get("regions") or ())
     return PreparedCandidate(
@@ -159,7 +159,7 @@ def enable_in_recipe(checkout: Path, regions: Sequence[str]) -> str | None:
     repo.index.add([str(EMBEDDED_SETTINGS)])
     message = repo.head.commit.message.rstrip() + f"\n\nEnables regions {missing} in {EMBEDDED_SETTINGS} (the recipe)."
     # NOTE: an amend through the index (not `git commit --amend`), so no git identity is needed.
-    repo.index.commit(message, parent_commits=list(repo.head.commit.parents), head=True, author=BOT, committer=BOT)
+    commit_as_bot(repo, message, parent_commits=list(repo.head.commit.parents), head=True)
     return str(EMBEDDED_SETTINGS)
 
 

@@ -149,12 +149,12 @@ def copy_workspace(cached: Path, *, name: str) -> Path:
 def empty_workspace(state_dir: Path, *, name: str) -> Path:
     import git
 
-    from phases.local_compile_perf.workspace import BOT
+    from orchestrator.workspaces import commit_as_bot
 
     dest = _unique(state_dir, name)
     dest.mkdir(parents=True)
     (dest / "README").write_text("workspace of an HF-harness local-compile-perf run (no code to change)\n")
     repo = git.Repo.init(dest, initial_branch="main")
     repo.index.add(["README"])
-    repo.index.commit("empty workspace", author=BOT, committer=BOT)
+    commit_as_bot(repo, "empty workspace")
     return dest

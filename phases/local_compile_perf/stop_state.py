@@ -68,9 +68,9 @@ def stop_rule_now(rank: dict[str, Any], *, ideal_rows: list[dict[str, Any]],
 
 
 def _as_ranked(item: dict[str, Any], layer_ms: float) -> Any:
-    from phases.kit.records import Candidate, Ranked
+    from phases.kit.records import RankItem, Ranked
 
-    candidate = Candidate(name=item["op"], measured_ms=item["measured_ms"], ideal_ms=item["ideal_ms"],
+    candidate = RankItem(name=item["op"], measured_ms=item["measured_ms"], ideal_ms=item["ideal_ms"],
                           layer_ms=layer_ms)
     return Ranked(candidate=candidate, share_of_layer=item["share_pct"] / 100, score_ms=item["score_ms"],
                   gain_share=item["gain_pct"] / 100, kept_because=item["kept_because"])

@@ -3,9 +3,9 @@
 ``materialize_embedded_workspace(state_dir)`` copies ``embedded/moe_layer`` (with the
 package marker) as ``examples/moe_layer`` into ``state_dir/workspaces/moe-layer-<hash>/``, where the
 hash covers the library and the candidate folders, so an edit to either makes a new
-workspace instead of silently reusing a stale one. The tree is built in a temporary
-folder and renamed into place, so a crash never leaves a half-made workspace behind;
-an existing clean workspace is reused and only missing candidate branches are added.
+workspace instead of silently reusing a stale one. The tree is built once, by the bot, as every
+pristine workspace is (``orchestrator.workspaces.build_pristine``: in a temporary folder, renamed
+into place); an existing clean workspace is reused and only missing candidate branches are added.
 
 Candidates live in ``embedded/candidates/<name>/`` (``meta.json`` + ``change.diff``); each
 becomes one commit on its ``branch``, on top of ``main``, or for a rewrite written on others
@@ -16,13 +16,14 @@ GitPython only, no torch.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from orchestrator.workspaces import BOT_EMAIL, BOT_NAME, build_pristine, commit_as_bot
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,9 +32,6 @@ EMBEDDED_ROOT = Path(__file__).resolve().parent / "embedded"
 """The embedded library (``moe_layer/``), copied into each workspace as the ``examples`` package
 (inside our own namespace here: a top-level ``examples`` package would clash in site-packages)."""
 CANDIDATES_DIR = EMBEDDED_ROOT / "candidates"
-BOT = git.Actor("orchestrator", "orchestrator@localhost")
-"""Author and committer of every commit the workflow makes (no git identity needed on the host)."""
-GITIGNORE = "__pycache__/\n*.pyc\n"
 
 
 class WorkspaceError(RuntimeError):
@@ -60,7 +58,7 @@ class CandidateMeta(BaseModel):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Candidate:
+class EmbeddedCandidate:
     """One candidate rewrite: its metadata and its change as a unified diff against main."""
 
     name: str
@@ -68,7 +66,7 @@ class Candidate:
     diff: Path
 
 
-def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
+def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[EmbeddedCandidate, ...]:
     """Return every candidate under ``root``, sorted by name.
 
     Raises:
@@ -86,24 +84,24 @@ def load_candidates(root: Path = CANDIDATES_DIR) -> tuple[Candidate, ...]:
             if diff.is_file() else []
         if touched != sorted(meta.files):
             problems.append(f"{folder.name}: change.diff touches {touched}, meta.json lists {sorted(meta.files)}")
-        candidates.append(Candidate(name=folder.name, meta=meta, diff=diff))
+        candidates.append(EmbeddedCandidate(name=folder.name, meta=meta, diff=diff))
     problems += _unknown_after(candidates)
     if problems:
         raise WorkspaceError(f"{len(problems)} bad candidate(s) in {root}: " + "; ".join(problems))
     return _after_first(candidates)
 
 
-def _unknown_after(candidates: list[Candidate]) -> list[str]:
+def _unknown_after(candidates: list[EmbeddedCandidate]) -> list[str]:
     names = {c.name for c in candidates}
     return [f"{c.name}/meta.json: after names unknown candidate(s) {sorted(set(c.meta.after) - names)}"
             for c in candidates if set(c.meta.after) - names]
 
 
-def _after_first(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+def _after_first(candidates: list[EmbeddedCandidate]) -> tuple[EmbeddedCandidate, ...]:
     """Name order, except that a candidate comes after every candidate it is written on."""
     by_name, ordered, placing = {c.name: c for c in candidates}, {}, set()
 
-    def place(c: Candidate) -> None:
+    def place(c: EmbeddedCandidate) -> None:
         if c.name in ordered:
             return
         if c.name in placing:
@@ -162,46 +160,39 @@ def materialize_embedded_workspace(state_dir: Path) -> Path:
     path = Path(state_dir) / "workspaces" / f"moe-layer-{compute_content_hash()}"
     if path.exists():
         return _reuse_workspace(path, candidates)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    _build_workspace(tmp, candidates)
-    os.replace(tmp, path)
-    return path
+    branches = {c.name: c.meta.branch for c in candidates}
+
+    def commit_candidates(repo: git.Repo) -> None:
+        for candidate in candidates:
+            _commit_candidate(repo, candidate, branches)
+
+    return build_pristine(path, _copy_library, on_top=commit_candidates)
 
 
-def _build_workspace(path: Path, candidates: tuple[Candidate, ...]) -> None:
+def _copy_library(folder: Path) -> str:
     for rel in library_files():
-        dst = path / rel
+        dst = folder / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(library_source(rel), dst)
-    (path / ".gitignore").write_text(GITIGNORE)
-    repo = git.Repo.init(path, initial_branch="main")
-    repo.git.add(A=True)
-    repo.index.commit("moe_layer: pristine library", author=BOT, committer=BOT)
-    branches = {c.name: c.meta.branch for c in candidates}
-    for candidate in candidates:
-        _commit_candidate(repo, candidate, branches)
+    return "moe_layer: pristine library"
 
 
-def _commit_candidate(repo: git.Repo, candidate: Candidate, branches: dict[str, str]) -> None:
+def _commit_candidate(repo: git.Repo, candidate: EmbeddedCandidate, branches: dict[str, str]) -> None:
     """Add ``candidate`` as one commit on its branch (on ``main`` plus its ``after`` tips); back on main after."""
     repo.git.checkout("-b", candidate.meta.branch, "main")
     try:
         replay(repo, [branches[dep] for dep in candidate.meta.after])
         repo.git.apply(str(candidate.diff))
         repo.index.add(list(candidate.meta.files))
-        repo.index.commit(
-            f"{candidate.meta.message}\n\nCandidate: {candidate.name} ({_pattern_note(candidate.meta.pattern)})",
-            author=BOT,
-            committer=BOT,
-        )
+        commit_as_bot(repo, f"{candidate.meta.message}\n\nCandidate: {candidate.name} "
+                            f"({_pattern_note(candidate.meta.pattern)})")
     finally:
         repo.git.checkout("main")
 
 
 def replay(repo: git.Repo, commits: list[str]) -> None:
     """Cherry-pick ``commits`` in order onto the checked-out HEAD, committed by the bot (no git identity needed)."""
-    with repo.git.custom_environment(GIT_COMMITTER_NAME=BOT.name, GIT_COMMITTER_EMAIL=BOT.email):
+    with repo.git.custom_environment(GIT_COMMITTER_NAME=BOT_NAME, GIT_COMMITTER_EMAIL=BOT_EMAIL):
         for commit in commits:
             repo.git.cherry_pick(commit)
 
@@ -210,7 +201,7 @@ def _pattern_note(pattern: int | None) -> str:
     return f"pattern {pattern}" if pattern is not None else "ladder step, no numbered pattern"
 
 
-def _reuse_workspace(path: Path, candidates: tuple[Candidate, ...]) -> Path:
+def _reuse_workspace(path: Path, candidates: tuple[EmbeddedCandidate, ...]) -> Path:
     try:
         repo = git.Repo(path)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:

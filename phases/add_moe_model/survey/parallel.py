@@ -24,7 +24,8 @@ POLL_S = 2.0
 
 
 def run_jobs(opts: SurveyOptions, models: list[str], *, jobs: int, say: Callable[[str], None]) -> Survey:
-    from orchestrator.worker import PROJECT_ROOT, die_with_parent
+    from orchestrator.worker import PROJECT_ROOT
+    from orchestrator.worker_main import die_with_parent
 
     chunks = plan(opts.out, models, jobs)
     (opts.out / "tasks").mkdir(parents=True, exist_ok=True)

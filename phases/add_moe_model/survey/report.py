@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.trail.store import atomic_write
+from phases.add_moe_model.work.kl import PASS_KL, WARN_KL
 
-PASS_KL, WARN_KL = 1e-6, 1e-3  # the skill's tiers, as in work/numerics.py (which imports no torch either)
 COLUMNS = ("Model type", "Outcome", "Tier", "KL (bf16)", "KL fp64", "Spread", "KL (fp32 diag)", "Run", "Reasons")
 
 

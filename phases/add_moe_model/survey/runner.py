@@ -150,7 +150,8 @@ class warm_worker:  # noqa: N801 - used as a context manager
         self.root, self.say = root, say
 
     def __enter__(self) -> "warm_worker":
-        from orchestrator.worker import die_with_parent, use_warm_server, worker_env
+        from orchestrator.worker import use_warm_server, worker_env
+        from orchestrator.worker_main import die_with_parent
 
         self.tmp = tempfile.TemporaryDirectory(prefix="orchestrator-warm-")
         sock = str(Path(self.tmp.name, "sock"))

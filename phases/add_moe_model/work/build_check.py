@@ -109,7 +109,7 @@ def check_world(cfg_dir: str, *, world_size: int, tp: int, ep: int, parallelize:
         return WorldResult(**base, status="PASS", parallelize=outcome, parallelize_error=p_error, checked=checked,
                            **summarize_placements(model))
     except Exception as exc:  # noqa: BLE001 - a build error is this world size's FAIL
-        from phases.add_moe_model.work.numerics import describe_error
+        from phases.add_moe_model.work.error_origin import describe_error
 
         return WorldResult(**base, status="FAIL", error=describe_error(exc))
     finally:

@@ -18,6 +18,13 @@ _MARKERS: tuple[tuple[str, Origin], ...] = (
 )
 
 
+def describe_error(exc: BaseException) -> str:
+    """Error text plus the innermost frames, so triage can tell probe from load from kernel."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in reversed(frames))
+    return f"{type(exc).__name__}: {exc} [at {where}]"
+
+
 def error_origin(exc: BaseException) -> tuple[Origin, str]:
     """(origin, "path:line function") of the innermost frame outside torch; ("other", "") with no frames."""
     frames = traceback.extract_tb(exc.__traceback__)

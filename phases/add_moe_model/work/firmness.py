@@ -3,7 +3,7 @@
 The skill's KL (one softmax over every output element, summed in fp32) is the verdict; at
 the 1e-6 level its own rounding is of the size of the PASS threshold (fp32 diagnostics of
 healthy models report negative KLs). Two figures say how much to trust the tier:
-- ``kl_fp64``: the same formula on the same outputs, computed in float64;
+- ``kl_fp64``: the same formula on the same outputs, computed in float64 (``kl.measure_output_gap``);
 - ``spread``: |KL(x') - KL(x)| with x' = x moved by one ulp (``nextafter`` towards +inf in
   the run dtype), both sides re-run: the noise band of the comparison itself, as
   local-compile-perf's correctness check uses;
@@ -17,19 +17,15 @@ The tier is always the KL's own. ``edge`` ("PASS|WARN") names the tiers KL +- sp
 it crosses a threshold: a PASS there takes the safe side (gap analysis runs). When a few outlier
 tokens carry the KL, or appear under the one-ulp move (``flipped``), there is no edge: the spread is
 their routing flip, and the split or ``flipped`` counts them. Thresholds and the verdict formula stay
-those of ``numerics``.
+those of ``work/kl.py``, which the verdict (``work/numerics.py``) uses too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-
-def kl_fp64(hf_out: Any, tt_out: Any) -> float:
-    import torch.nn.functional as F
-
-    hf, tt = hf_out.double().flatten().unsqueeze(0), tt_out.double().flatten().unsqueeze(0)
-    return F.kl_div(F.log_softmax(tt, dim=-1), F.softmax(hf, dim=-1), reduction="batchmean").item()
+from phases.add_moe_model.work.error_origin import describe_error
+from phases.add_moe_model.work.kl import cast_float_inputs_to_fp32, classify_kl, hf_moe_forward, measure_output_gap
 
 
 def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float,
@@ -41,8 +37,6 @@ def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *,
     """
     import torch
 
-    from phases.add_moe_model.work.numerics import classify_kl, measure_output_gap
-
     moved = torch.nextafter(x, torch.full_like(x, float("inf")))
     with torch.no_grad():
         hf_moved = hf_forward_fp32_router(site, moved)
@@ -51,7 +45,8 @@ def measure_firmness(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *,
     kl_moved = measure_output_gap(hf_moved, tt_moved)["kl"]
     spread = abs(kl_moved - kl) if kl_moved is not None else None
     split, moved_split = token_split(hf_out, tt_out), token_split(hf_moved, tt_moved)
-    return {"kl_fp64": kl_fp64(hf_out, tt_out), "kl_perturbed": kl_moved, "spread": spread, "split": split,
+    kl_fp64 = measure_output_gap(hf_out, tt_out, dtype="float64")["kl"]
+    return {"kl_fp64": kl_fp64, "kl_perturbed": kl_moved, "spread": spread, "split": split,
             **judge_edge(kl, spread, split, moved_split, classify=classify_kl), **other_kernel_kl(site, x, tt_out)}
 
 
@@ -82,7 +77,9 @@ def token_split(hf_out: Any, tt_out: Any) -> dict[str, Any]:
     err = (hf - tt).norm(dim=-1) / hf.norm(dim=-1).clamp_min(1e-30)
     outliers = (err >= OUTLIER_FACTOR * err.median()) & (err > 1e-3)
     kept = ~outliers
-    rest = kl_fp64(hf[kept], tt[kept]) if bool(outliers.any()) and bool(kept.any()) else None
+    rest = None
+    if bool(outliers.any()) and bool(kept.any()):
+        rest = measure_output_gap(hf[kept], tt[kept], dtype="float64")["kl"]
     return {"tokens": int(err.numel()), "outlier_tokens": int(outliers.sum()), "kl_without_outliers": rest}
 
 
@@ -91,8 +88,6 @@ OTHER_KERNEL = {"grouped_mm": "eager", "eager": "grouped_mm"}
 
 def other_kernel_kl(site: Any, x: Any, tt_out: Any) -> dict[str, Any]:
     """{"other_kernel", "kl_other_kernel"}: the HF side re-run with its experts on the other kernel."""
-    from phases.add_moe_model.work.numerics import describe_error, measure_output_gap
-
     configs = {id(m.config): m.config for m in site.block.modules()
                if getattr(getattr(m, "config", None), "_experts_implementation", None) in OTHER_KERNEL}
     if not configs:
@@ -117,8 +112,6 @@ def other_kernel_kl(site: Any, x: Any, tt_out: Any) -> dict[str, Any]:
 
 def hf_forward_fp32_router(site: Any, x: Any) -> Any:
     """The HF side exactly as the verdict ran it (router inputs cast to fp32), on another input."""
-    from phases.add_moe_model.work.numerics import cast_float_inputs_to_fp32, hf_moe_forward
-
     handle = site.router.register_forward_pre_hook(cast_float_inputs_to_fp32)
     try:
         return hf_moe_forward(site, x)

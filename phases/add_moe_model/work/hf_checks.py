@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from phases.add_moe_model.compat import EXP, CompatIssue
-from phases.add_moe_model.work.hf_config import read_field
+from phases.add_moe_model.work.config_fields import read_field
 
 MOE_REPLACEMENT = f"{EXP}/moe_replacement.py"
 STATE_DICT_ADAPTER = f"{EXP}/state_dict_adapter.py"

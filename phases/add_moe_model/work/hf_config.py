@@ -83,20 +83,5 @@ def _load_hub_config(model_id: str) -> Any:
         raise HFConfigError(
             f"{model_id}: not in the bundled registry and not reachable offline; pass a config.json "
             "path (or a directory holding one) as MODEL, or add the model to "
-            f"phases/add_moe_model/registry.json ({type(exc).__name__})"
+            f"phases/kit/registry.json ({type(exc).__name__})"
         ) from exc
-
-
-def read_field(config: Any, key: str) -> Any:
-    """Return ``config.<key>`` or None; per-layer (heterogeneous) fields also read as None."""
-    try:
-        return getattr(config, key, None)
-    except RuntimeError:  # transformers' AmbiguousGlobalPerLayerAttributeError (Gemma4)
-        return None
-
-
-def read_first_layer_field(config: Any, key: str) -> Any:
-    """``config.<key>``, or layer 0's value where the config varies it per layer."""
-    value = read_field(config, key)
-    layers = getattr(config, "per_layer_config", None) if value is None else None
-    return read_field(layers[0], key) if layers else value

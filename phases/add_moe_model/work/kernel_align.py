@@ -46,6 +46,7 @@ class KernelAlignResult(BaseModel):
 def kernel_alignment(request: dict[str, Any]) -> dict[str, Any]:
     """Request: ``CompareRequest`` fields (model_type, config_kwargs, dtype, device, seed)."""
     from phases.add_moe_model.work import numerics
+    from phases.add_moe_model.work.error_origin import describe_error
 
     req = CompareRequest.model_validate(request)
     base = dict(model_type=req.model_type, dtype=req.dtype, device=req.device, seed=req.seed)
@@ -55,13 +56,14 @@ def kernel_alignment(request: dict[str, Any]) -> dict[str, Any]:
             return KernelAlignResult(**base, status="SKIP", reason="no MoE layer").model_dump()
         return _align(bench, dtype=req.dtype).model_dump()
     except Exception as exc:  # noqa: BLE001 - reported as an ERROR result
-        return KernelAlignResult(**base, status="ERROR", error=numerics.describe_error(exc)).model_dump()
+        return KernelAlignResult(**base, status="ERROR", error=describe_error(exc)).model_dump()
 
 
 def _align(bench: Any, *, dtype: str) -> KernelAlignResult:
     import torch
 
     from phases.add_moe_model.work import moe_blocks, numerics
+    from phases.add_moe_model.work.kl import measure_output_gap
 
     dt, dev = getattr(torch, dtype), torch.device(bench.device)
     calls: list[tuple[tuple, dict, Any]] = []
@@ -81,7 +83,7 @@ def _align(bench: Any, *, dtype: str) -> KernelAlignResult:
         hf_on_titan = hf_kernel(*args, **kwargs)
     with torch.no_grad():
         titan_out = run_titan_routed(titan, *_routing(args, kwargs))
-    gap = numerics.measure_output_gap(hf_expert_out, titan_out.reshape(hf_expert_out.shape))
+    gap = measure_output_gap(hf_expert_out, titan_out.reshape(hf_expert_out.shape))
     same = (hf_on_titan.float() - hf_expert_out.float()).abs().max().item()
     status = "verified" if same == 0.0 else "not_verified"
     reason = explain_alignment(weights_exact=same == 0.0, kernel_gap=gap["max_diff"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from phases.add_moe_model.work.hf_config import read_field
+from phases.add_moe_model.work.config_fields import read_field
 
 MECHANISMS = (
     "mlp_layer_types",

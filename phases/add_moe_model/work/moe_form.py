@@ -12,47 +12,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS, TOP_K_KEYS
-
-
-def expert_count(config: Any) -> int | None:
-    """The routed-expert count of ``config`` or of one of its sub-configs (dbrx's ffn_config)."""
-    for holder in (config, *_sub_configs(config)):
-        for key in EXPERT_COUNT_KEYS:
-            value = _read(holder, key)
-            if isinstance(value, int) and value > 0:
-                return value
-    return None
-
-
-def _sub_configs(config: Any) -> list[Any]:
-    return [v for v in vars(config).values() if hasattr(v, "to_dict") and not isinstance(v, type)]
-
-
-def _read(holder: Any, key: str) -> Any:
-    try:
-        return getattr(holder, key, None)
-    except RuntimeError:  # transformers' per-layer attribute error (gemma4)
-        return None
+from phases.add_moe_model.work.config_fields import (
+    EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, expert_count, read_field,
+)
 
 
 def moe_form_kwargs(model_type: str) -> dict[str, Any]:
     """kwargs that turn the defaults of ``model_type`` into an MoE model ({} when they already are)."""
     from transformers import AutoConfig
 
-    from phases.add_moe_model.work.scaled_config import config_init_keys
-
     defaults = AutoConfig.for_model(model_type)
     keys = config_init_keys(model_type)
     switches: dict[str, Any] = {}
-    if _read(defaults, "enable_moe_block") is False and "enable_moe_block" in keys:
+    if read_field(defaults, "enable_moe_block") is False and "enable_moe_block" in keys:
         switches["enable_moe_block"] = True
     if expert_count(defaults) is None:
-        switches.update({k: 8 for k in EXPERT_COUNT_KEYS if k in keys and _read(defaults, k) is None})
-        switches.update({k: 2 for k in TOP_K_KEYS if k in keys and _read(defaults, k) is None})
+        switches.update({k: 8 for k in EXPERT_COUNT_KEYS if k in keys and read_field(defaults, k) is None})
+        switches.update({k: 2 for k in TOP_K_KEYS if k in keys and read_field(defaults, k) is None})
     if switches:
         switches.update(_moe_sizes(defaults, keys))
-    if "head_dim" in keys and _read(defaults, "head_dim") is None and _read(defaults, "num_attention_heads"):
+    if "head_dim" in keys and read_field(defaults, "head_dim") is None and read_field(defaults, "num_attention_heads"):
         switches["head_dim"] = int(defaults.hidden_size) // int(defaults.num_attention_heads)
     return switches
 
@@ -60,8 +39,8 @@ def moe_form_kwargs(model_type: str) -> dict[str, Any]:
 def _moe_sizes(defaults: Any, keys: frozenset[str]) -> dict[str, Any]:
     """Sizes a dense default leaves unset that the MoE block multiplies with."""
     out: dict[str, Any] = {}
-    if "moe_intermediate_size" in keys and _read(defaults, "moe_intermediate_size") is None:
+    if "moe_intermediate_size" in keys and read_field(defaults, "moe_intermediate_size") is None:
         out["moe_intermediate_size"] = int(defaults.intermediate_size)
-    if "n_shared_experts" in keys and _read(defaults, "n_shared_experts") is None:
+    if "n_shared_experts" in keys and read_field(defaults, "n_shared_experts") is None:
         out["n_shared_experts"] = 1
     return out

@@ -7,7 +7,8 @@ must show). The HF side runs unmodified except for the one cast the skill allows
 router/gate in fp32 with a pre-hook casting its inputs to fp32.
 
 Design choices:
-- Thresholds are constants of this module, never read from the target.
+- Thresholds are constants of ``work/kl.py``, never read from the target; so are the KL and the HF
+  forward, which firmness (``work/firmness.py``) runs again on a moved input.
 - ``compare`` answers for one dtype (the skill's contract). ``compare_dtypes`` runs
   several dtypes on one HF model in one process, so the ~12 s torchtitan import is paid
   once; the phase uses it for the bf16 verdict plus the fp32 diagnostic.
@@ -26,12 +27,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-PASS_KL = 1e-6
-WARN_KL = 1e-3
+from phases.add_moe_model.work.error_origin import describe_error
+from phases.add_moe_model.work.firmness import measure_firmness
+from phases.add_moe_model.work.kl import Status, cast_float_inputs_to_fp32, hf_moe_forward, measure_output_gap
+
 ROUNDTRIP_TOL = 1e-6
 INPUT_SHAPE = (2, 16)
-
-Status = Literal["PASS", "WARN", "FAIL", "ERROR", "SKIP"]
 
 
 class CompareRequest(BaseModel):
@@ -97,15 +98,6 @@ class CompareResult(BaseModel):
     seconds: dict[str, float] = Field(default_factory=dict)
 
 
-def classify_kl(kl: float) -> Status:
-    """PASS below 1e-6, WARN below 1e-3, else FAIL (a NaN KL is a FAIL)."""
-    if kl < PASS_KL:
-        return "PASS"
-    if kl < WARN_KL:
-        return "WARN"
-    return "FAIL"
-
-
 def classify_roundtrip(raw: dict[str, Any]) -> RoundTrip:
     bad = raw["missing"] or raw["extra"] or raw["shape_mismatch"] or raw["max_diff"] > ROUNDTRIP_TOL
     return RoundTrip(status="FAIL" if bad else "PASS", **raw)
@@ -142,15 +134,6 @@ def _run(req: CompareRequest, dtypes: list[str]) -> list[CompareResult]:
         except Exception as exc:  # noqa: BLE001
             results.append(_error_result(bench.base_fields(), dtype, exc, roundtrip=bench.roundtrip))
     return results
-
-
-def describe_error(exc: BaseException) -> str:
-    """Error text plus the innermost frames, so triage can tell probe from load from kernel."""
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in reversed(frames))
-    return f"{type(exc).__name__}: {exc} [at {where}]"
 
 
 def _error_result(base: dict[str, Any], dtype: str, exc: BaseException, *, roundtrip: RoundTrip) -> CompareResult:
@@ -292,8 +275,6 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
 def measure_firmness_safely(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float,
                             layout: Any) -> dict[str, Any]:
     """The tier's firmness (work/firmness.py); a failure there is recorded (the phase makes it an error of ours)."""
-    from phases.add_moe_model.work.firmness import measure_firmness
-
     try:
         return measure_firmness(site, titan, x, hf_out, tt_out, kl=kl, layout=layout)
     except Exception as exc:  # noqa: BLE001
@@ -325,42 +306,6 @@ def site_modules(site: Any) -> list[Any]:
     if site.kind == "block":
         return [site.block]
     return [site.router, site.experts]
-
-
-def hf_moe_forward(site: Any, x: Any) -> Any:
-    """Block: the block's own forward. Layer-level: router then routed experts on flat x."""
-    if site.kind == "block":
-        out = site.block(x)
-        return out[0] if isinstance(out, tuple) else out
-    flat = x.reshape(-1, x.shape[-1])
-    _, weights, indices = site.router(flat)
-    return site.experts(flat, indices, weights)
-
-
-def cast_float_inputs_to_fp32(_module: Any, args: tuple) -> tuple:
-    return tuple(a.float() if hasattr(a, "is_floating_point") and a.is_floating_point() else a for a in args)
-
-
-def measure_output_gap(hf_out: Any, tt_out: Any) -> dict[str, Any]:
-    """KL (Titan approximating HF, one distribution over all elements), cos, max/mean |diff|."""
-    import math
-
-    import torch.nn.functional as F
-
-    hf, tt = hf_out.float().flatten(), tt_out.float().flatten()
-    # NOTE: one distribution over all elements is a batch of ONE row, so "batchmean" divides
-    # the summed KL by 1. On a 1-D tensor it would divide by the element count and report
-    # values ~1e5 times smaller than the skill's thresholds were set for.
-    kl = F.kl_div(F.log_softmax(tt.unsqueeze(0), dim=-1), F.softmax(hf.unsqueeze(0), dim=-1),
-                  reduction="batchmean").item()
-    diff = (hf - tt).abs()
-    values = {"kl": kl, "cos_sim": F.cosine_similarity(hf, tt, dim=0).item(),
-              "max_diff": diff.max().item(), "mean_diff": diff.mean().item()}
-    if not all(math.isfinite(v) for v in values.values()):
-        bad = sorted(k for k, v in values.items() if not math.isfinite(v))
-        return {**{k: (v if math.isfinite(v) else None) for k, v in values.items()},
-                "status": "FAIL", "error": f"non-finite metrics: {bad} (NaN/inf in an output)"}
-    return {**values, "status": classify_kl(kl)}
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:

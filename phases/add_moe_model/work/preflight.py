@@ -11,7 +11,7 @@ import sys
 import traceback
 from typing import Any
 
-from phases.add_moe_model.work.moe_form import EXPERT_COUNT_KEYS, expert_count
+from phases.add_moe_model.work.config_fields import EXPERT_COUNT_KEYS, expert_count
 
 EXP_MODULES = ("moe_replacement", "state_dict_adapter", "hf_sharding")
 

@@ -66,7 +66,7 @@ def classify_pretrained(kl: float) -> str:
 def compare_pretrained(request: dict[str, Any]) -> dict[str, Any]:
     """Request ``PretrainedRequest``, answer ``PretrainedResult``; any exception is an ERROR row."""
     from phases.add_moe_model.work.error_origin import error_origin
-    from phases.add_moe_model.work.numerics import describe_error
+    from phases.add_moe_model.work.error_origin import describe_error
 
     req = PretrainedRequest.model_validate(request)
     base = {"model": Path(req.weights).name, "weights": req.weights, "seed": req.seed}
@@ -83,7 +83,8 @@ def compare_checkpoint(req: PretrainedRequest) -> dict[str, Any]:
 
     from phases.add_moe_model.work import moe_blocks
     from phases.add_moe_model.work.layout import detect_moe_layout
-    from phases.add_moe_model.work.numerics import collect_versions, measure_output_gap, resolve_device, run_hf_side
+    from phases.add_moe_model.work.kl import measure_output_gap
+    from phases.add_moe_model.work.numerics import collect_versions, resolve_device, run_hf_side
 
     t0 = time.perf_counter()
     device, note = resolve_device(req.device)

@@ -16,7 +16,8 @@ from typing import Any
 from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
 from phases.add_moe_model.model_source import ModelSource
 from phases.add_moe_model.work import hf_checks, semantic_checks, sharding_checks, state_dict_checks
-from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error, read_field
+from phases.add_moe_model.work.config_fields import read_field
+from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from orchestrator.progress import report

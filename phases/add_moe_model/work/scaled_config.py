@@ -9,13 +9,13 @@ Keys are written under the names the config class's ``__init__`` reads, so
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS, TOP_K_KEYS
-from phases.add_moe_model.work.hf_config import read_field, read_first_layer_field
+from phases.add_moe_model.work.config_fields import (
+    EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, read_field, read_first_layer_field, resolve_config_key,
+)
 
 MLA_DIMS = {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16}
 DSA_DIMS = {"index_n_heads": 2, "index_head_dim": 8, "index_topk": 8}
@@ -48,18 +48,6 @@ class ScalePlan:
     experts: int = 8
     top_k: int = 2
     tiny: bool = False
-
-
-def config_init_keys(model_type: str) -> frozenset[str]:
-    """Return the keyword names the config class of ``model_type`` accepts."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    return frozenset(inspect.signature(CONFIG_MAPPING[model_type].__init__).parameters)
-
-
-def resolve_config_key(keys: frozenset[str], candidates: tuple[str, ...]) -> str | None:
-    """Return the first candidate the config class reads, or None."""
-    return next((k for k in candidates if k in keys), None)
 
 
 def build_scaled_kwargs(real: Any, plan: ScalePlan) -> dict[str, Any]:

@@ -15,12 +15,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from phases.add_moe_model.model_source import ModelSource
-from phases.add_moe_model.config_keys import EXPERT_COUNT_KEYS, TOP_K_KEYS
-from phases.add_moe_model.work.hf_config import build_hf_config, read_field
-from phases.add_moe_model.work.scaled_config import (
-    DSA_DIMS, MLA_DIMS, ScalePlan, build_scaled_kwargs,
-    config_init_keys, resolve_config_key,
+from phases.add_moe_model.work.config_fields import (
+    EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, expert_count, read_field, resolve_config_key,
 )
+from phases.add_moe_model.work.hf_config import build_hf_config
+from phases.add_moe_model.work.scaled_config import DSA_DIMS, MLA_DIMS, ScalePlan, build_scaled_kwargs
 from orchestrator.progress import report
 
 FIXED = {"vocab_size": 256, "max_position_embeddings": 64, "attn_implementation": "sdpa", "use_cache": False}
@@ -106,7 +105,7 @@ def _check_routing(entry: dict[str, Any], built: Any) -> list[str]:
         elif entry.get(key) != want or read_field(built, key) != want:
             out.append(f"{what}: {key}={entry.get(key)!r} (config reads {read_field(built, key)!r}), rule says {want}")
     groups = read_field(built, "n_group")
-    experts = next((read_field(built, k) for k in EXPERT_COUNT_KEYS if read_field(built, k)), None)
+    experts = expert_count(built)
     if groups and experts and (experts % groups or experts // groups < 2):
         out.append(f"n_group={groups} does not split {experts} experts into groups of >= 2")
     return out

@@ -1,7 +1,7 @@
 """Harness for Hugging Face MoE decoder layers: ``hf:<model_type>``.
 
-Two decoder layers of a transformers model at its published dims (from
-``phases/add_moe_model/registry.json``), built from the config class alone (nothing is
+Two decoder layers of a transformers model at its published dims (from the kit's registry,
+``phases/kit/registry.json``), built from the config class alone (nothing is
 loaded from the hub). Layer ids are picked so the layers cover every block kind the
 model has (dense and MoE), probed by building each candidate layer on the meta device.
 Inputs are hidden states ``[1, T, H]`` requiring grad; RoPE ``(cos, sin)`` comes from the
@@ -23,15 +23,13 @@ Parameters are re-initialized from the seed (transformers leaves expert weights 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from phases.kit.harness import HarnessSpec, fwd_bwd_step
+from phases.kit.registry import load_registry
 
-REGISTRY_PATH = Path(__file__).resolve().parents[2] / "add_moe_model" / "registry.json"
 SMALL_DIMS: dict[str, int] = {
     "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64, "head_dim": 64,
     "num_attention_heads": 4, "num_experts": 8, "num_local_experts": 8, "n_routed_experts": 8,
@@ -43,31 +41,18 @@ HF_FP32_PRECISION = "ieee"
 """transformers' Trainer leaves torch's default fp32 matmul precision (no TF32)."""
 
 
-def fallback_registry_dims() -> dict[str, dict[str, Any]]:
-    """Qwen3-30B-A3B's published dims; used only while registry.json does not exist."""
-    return {"qwen3_moe": {
-        "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
-        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
-        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True, "vocab_size": 151936,
-    }}
-
-
-def read_registry_dims(model_type: str, *, path: Path = REGISTRY_PATH) -> dict[str, Any]:
+def read_registry_dims(model_type: str) -> dict[str, Any]:
     """Return the AutoConfig kwargs of ``model_type`` (or an alias) from the registry.
 
     Raises:
         ValueError: the model is not in the registry; the message lists known types.
     """
-    if not path.is_file():
-        table = fallback_registry_dims()
-    else:
-        models = json.loads(path.read_text())["models"]
-        table = {}
-        for entry in models:
-            for key in (entry["model_type"], *entry.get("aliases", ())):
-                table.setdefault(key, entry["config"])
+    table: dict[str, dict[str, Any]] = {}
+    for entry in load_registry():
+        for key in (entry.model_type, *entry.aliases):
+            table.setdefault(key, entry.config)
     if model_type not in table:
-        raise ValueError(f"hf:{model_type}: not in {path.name}; known: {sorted(table)} (add it to the registry)")
+        raise ValueError(f"hf:{model_type}: not in registry.json; known: {sorted(table)} (add it to the registry)")
     return dict(table[model_type])
 
 
