@@ -111,6 +111,16 @@ def test_a_tier_is_one_tier_everywhere_and_a_routing_flip_is_counted_not_called_
     assert row["tier"] == "WARN" and row["tier_shown"] == "WARN (one-ulp spread reaches PASS and FAIL)"
 
 
+def test_cosine_of_identical_outputs_is_one_at_the_skills_sizes() -> None:
+    import torch
+
+    from phases.add_moe_model.work.kl import measure_output_gap
+
+    x = torch.randn(4_000_000, generator=torch.Generator().manual_seed(0)) * 3
+    assert measure_output_gap(x, x.clone())["cos_sim"] <= 1.0  # fp32 summation said 1.00017
+    assert measure_output_gap(x, -x)["cos_sim"] == pytest.approx(-1.0)
+
+
 def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
     probe = phase.decide([_result(
         "ERROR", error_type="ValueError",
