@@ -2,7 +2,8 @@
 
 - ``survey-and-main/all.tgz``: the survey of every MoE type on one H200 (``--jobs 10``) and, in the
   same device call, the 8 upstream models on the main snapshot (bench/h200_matrix.sh PART=all);
-- ``readme1-cuda/readme1.tgz``: README command 1 with ``--device cuda``.
+- ``readme1-cuda/readme1.tgz``: README command 1 with ``--device cuda``;
+- ``survey-tiers/survey.tgz``: the survey again, a later call, with one tier per row and the probe's routing check.
 Each archive holds trails, signed heads and the public key, never the private key: every trail
 audits here with the public key alone.
 """
@@ -26,7 +27,8 @@ UPSTREAM_TIERS = {"Qwen/Qwen3-30B-A3B": "PASS", "mistralai/Mixtral-8x7B-v0.1": "
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("h200-matrix")
-    for name, archive in (("all", "survey-and-main/all.tgz"), ("readme1", "readme1-cuda/readme1.tgz")):
+    for name, archive in (("all", "survey-and-main/all.tgz"), ("readme1", "readme1-cuda/readme1.tgz"),
+                          ("tiers", "survey-tiers/survey.tgz")):
         with tarfile.open(EVIDENCE / archive) as tar:
             assert not [m.name for m in tar.getmembers() if m.name.endswith("trail.ed25519")], "private key shipped"
             tar.extractall(home / name, filter="data")
@@ -55,7 +57,8 @@ def test_every_trail_audits_with_the_public_key_alone(unpacked, invoke, monkeypa
     counted = [audit_all(invoke, monkeypatch, unpacked / "all" / "anchors", unpacked / "all" / f"{part}-state")
                for part in ("survey", "main")]
     counted.append(audit_all(invoke, monkeypatch, unpacked / "readme1" / "anchors", unpacked / "readme1"))
-    assert counted == [51, 8, 1]
+    counted.append(audit_all(invoke, monkeypatch, unpacked / "tiers" / "anchors", unpacked / "tiers"))
+    assert counted == [51, 8, 1, 51]
 
 
 def test_the_survey_of_every_type_on_one_h200_has_no_error_within_ten_minutes(unpacked):
@@ -83,3 +86,14 @@ def test_readme_command_1_on_cuda_trains_its_one_gpu_row(unpacked):
     assert run["status"] == "done" and run["results"]["numerics"]["verdict"]["device"] == "cuda"
     assert rows["FSDP-1gpu"]["status"] == "PASS"
     assert all(r["status"] == "FAIL" and "2.14" in r["root_cause"] for c, r in rows.items() if c != "FSDP-1gpu")
+
+
+def test_the_later_survey_shows_one_tier_per_row_and_routes_phimoe_to_a_person(unpacked):
+    body = json.loads((unpacked / "tiers" / "survey" / "survey.json").read_text())
+    assert len(body["rows"]) == 64 and body["counts"]["error"] == 0 and body["seconds"] <= 600, body["counts"]
+    rows = {r["model_type"]: r for r in body["rows"]}
+    shown = [r["numerics"] for r in body["rows"] if r["numerics"]]
+    assert shown and all(n["tier_shown"].split(" ")[0] == n["tier"] and "|" not in n["tier_shown"] for n in shown)
+    assert all(r["outcome"] != "fail" or r["numerics"]["tier"] == "FAIL" for r in body["rows"])
+    phimoe = rows["phimoe"]
+    assert phimoe["outcome"] == "needs_human" and "router_rule_unsupported" in phimoe["reasons"][0]
