@@ -43,6 +43,14 @@ def apply_in_context(ctx: Any, *, diff: str, label: str, scope: tuple[str, ...])
     return {"patch_id": patch_id, "label": label, "files": files}
 
 
+def revert_if_waived(ctx: Any, code: str) -> dict[str, str | None] | None:
+    """The revert proof when a person waived ``code`` of this phase (the waiver passes it: no temporary
+    patch may outlive the phase, as when its gap is explained); None while ``code`` is not waived."""
+    from orchestrator.waivers import waived_codes
+
+    return revert_all(ctx) if code in waived_codes(ctx.state, ctx.phase) else None
+
+
 def revert_all(ctx: Any) -> dict[str, str | None]:
     """Restore every file of every open patch to the base commit and prove it (blob ids)."""
     target, base = Path(ctx.target), ctx.base["commit"]

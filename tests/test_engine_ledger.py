@@ -131,3 +131,16 @@ def test_submit_command_takes_the_patch_row_and_refuses_what_the_table_lacks(tar
                "--json", state_dir=state_dir)
     assert done.returncode == 4, done.stderr
     assert [r["value"] for r in store.read_state(run_id)["records"]["gap_row"]] == ["fixed"]
+
+
+def test_a_waived_residual_passes_the_patch_phase_with_every_patch_reverted(target, state_dir):
+    """A person's waiver of the unexplained residual passes the phase; its temporary patches do not outlive it."""
+    store, run_id = start(target, state_dir)
+    ledger.submit_patch(run_id, diff=diff_for(target, "core/value.txt", "half\n"), label="half", store=store)
+    assert store.read_state(run_id)["open_patches"]
+    outcome = engine.resume(run_id, {}, store=store, waivers={"unexplained": "the residual is accepted"})
+    assert outcome.state["status"] == "done", outcome.state["summary"]
+    assert not outcome.state["open_patches"] and (target / "core/value.txt").read_text() == "broken\n"
+    completed = [e for e in store.read_events(run_id) if e["type"] == "phase_completed"][-1]["data"]["data"]
+    assert completed["waived"] == {"unexplained": "the residual is accepted"} and completed["reverted"]
+    assert audit_run(state_dir / "runs" / run_id) == []

@@ -150,15 +150,25 @@ def explained(rows: list[dict[str, Any]]) -> bool:
     return last_measured["max_diff"] == 0.0 or any(r.get("kernel_verified") for r in rows)
 
 
+RESIDUAL = "residual_gap_unexplained"
+
+
 def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]]) -> PhaseResult:
-    issue = Issue(code="residual_gap_unexplained",
+    """The residual for the agent; when a person has waived it, the phase's patches are reverted first."""
+    data: dict[str, Any] = {"rows": rows}
+    reverted = ledger.revert_if_waived(ctx, RESIDUAL)
+    if reverted is not None:
+        data["reverted"] = reverted
+        ctx.write_artifact("gap_table.md", ctx.render("gap_table.md.j2", rows=rows, proof=reverted,
+                                                      base=ctx.base["commit"]))
+    issue = Issue(code=RESIDUAL,
                   message=f"max_diff {fmt(rows[-1]['max_diff'])} remains after the built-in recipes and is not a "
                           "verified kernel difference: trace router logits -> weights -> experts -> combine and submit "
                           "a hypothesis patch (tool submit, kind patch {diff, label}; CLI "
                           f"`orchestrator patch {ctx.run_id} --file PATCH --label TEXT`)",
                   fix_location="temporary core patches through the ledger (never committed)")
     return PhaseResult(outcome="needs_agent", summary=f"gap analysis: residual max_diff {fmt(rows[-1]['max_diff'])}",
-                       data={"rows": rows}, issues=(issue,))
+                       data=data, issues=(issue,))
 
 
 def fmt(value: Any) -> str:

@@ -36,7 +36,9 @@ def run(ctx: Any) -> PhaseResult:
     if rows and rows[-1]["value"] == "fixed":
         proof = ledger.revert_all(ctx)
         return PhaseResult(outcome="passed", summary="explained", data={"reverted": proof, "rows": rows})
+    reverted = ledger.revert_if_waived(ctx, "unexplained")
     return PhaseResult(outcome="needs_agent", summary="submit patches",
+                       data={} if reverted is None else {"reverted": reverted, "rows": rows},
                        issues=(Issue(code="unexplained", message="patch core/value.txt", fix_location="core/"),))
 
 
