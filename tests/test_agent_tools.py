@@ -239,3 +239,19 @@ def test_an_acting_call_the_os_or_a_bug_stops_is_still_in_the_trail(agent_env: N
     gone = call("advance", run_id="no-such-run")
     assert gone.status == "refused" and "not in the trail (there is no such run)" in gone.message, gone.message
     assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+
+def test_next_steps_in_a_phase_without_edits_point_to_its_submission_and_to_a_person_not_to_escalation():
+    from types import SimpleNamespace
+
+    from orchestrator.agent.views import next_steps
+
+    state = {"status": "waiting", "awaiting": "agent", "violations": [], "run_id": "r1", "phase": "gap_analysis",
+             "issues": [{"code": "residual_gap_unexplained", "fix_location": "temporary core patches"}],
+             "attempts": {"gap_analysis": 1}}
+    steps = next_steps(state, SimpleNamespace(allowed_paths=()), submissions=("patch",))
+    assert not [s for s in steps if "escalate" in s], steps
+    assert any("submit kind=patch" in s for s in steps) and any("--waive CODE" in s for s in steps)
+    assert steps[-1] == "call advance to re-run the phase"
+    fresh = next_steps({**state, "issues": [], "attempts": {}}, SimpleNamespace(allowed_paths=()))
+    assert fresh == ["call advance to run the phase"]

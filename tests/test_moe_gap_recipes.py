@@ -149,3 +149,20 @@ def test_kernel_alignment_separates_kernel_from_transfer(gap_table: dict[str, di
     assert before["titan_kernel_on_hf_routing_max_diff"] > 0.0
     assert after["titan_kernel_on_hf_routing_max_diff"] == 0.0
     assert gap_table["+sorted_topk"]["max_diff"] > 0.0
+
+
+def test_a_re_run_after_the_agents_patch_builds_on_its_row_and_an_interrupted_one_starts_over() -> None:
+    """The agent submits a patch while gap analysis waits (rows of attempt 1); the next advance is attempt 2."""
+    from types import SimpleNamespace
+
+    from phases.add_moe_model.gap_analysis import current_rows, explained
+
+    rows = [{"label": "baseline", "patch_id": None, "attempt": 1, "max_diff": 0.125},
+            {"label": "+fp32 combine accumulation", "patch_id": "patch-1", "attempt": 1, "max_diff": 0.125},
+            {"label": "+kernel align", "patch_id": None, "attempt": 1, "max_diff": 0.125},
+            {"label": "fp32 router gate", "patch_id": "patch-2", "attempt": 1, "max_diff": 0.0}]
+    waiting = SimpleNamespace(attempt=2, state={"records": {"gap_row": rows},
+                                                "open_patches": {"patch-1": {}, "patch-2": {}}})
+    assert current_rows(waiting) == rows and explained(current_rows(waiting)), "the agent's 0.0 row explains it"
+    reverted = SimpleNamespace(attempt=2, state={"records": {"gap_row": rows}, "open_patches": {}})
+    assert current_rows(reverted) == [], "after reconcile reverted everything the attempt starts over"

@@ -289,9 +289,10 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
         "phase_findings": shrink(state["results"].get(state["phase"], {})),
         "outcome": outcome_so_far(state),
         "blocking_next_phase": blocking, "open_patches": state["open_patches"],
-        "artifacts": sorted(state["artifacts"]), "next_steps": next_steps(state, spec),
+        "artifacts": sorted(state["artifacts"]),
         "submissions": submission_schemas(load_workflow(state["workflow"]), state["phase"]),
     }
+    data["next_steps"] = next_steps(state, spec, submissions=tuple(data["submissions"]))
     return ToolResult(status="ok", message=why, data=data)
 
 

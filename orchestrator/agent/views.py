@@ -58,7 +58,8 @@ def what_a_person_can_do(state: dict[str, Any]) -> list[str]:
             f"stop the run: `orchestrator abort {run_id} --reason TEXT`"]
 
 
-def next_steps(state: dict[str, Any], spec: Any) -> list[str]:
+def next_steps(state: dict[str, Any], spec: Any, *, submissions: tuple[str, ...] = ()) -> list[str]:
+    """What the agent can do now, in order; ``submissions``: the kinds of input this phase takes."""
     if state["status"] in ("done", "aborted"):
         return ["nothing: the run is finished"]
     if state["awaiting"] == "human":
@@ -70,8 +71,12 @@ def next_steps(state: dict[str, Any], spec: Any) -> list[str]:
         where = f" in {issue['fix_location']}" if issue.get("fix_location") else ""
         steps.append(f"fix {issue['code']}{where}")
     if state["issues"] and spec is not None and not spec.allowed_paths:
-        steps.append("this phase allows no edits: escalate if a code change is needed")
-    steps.append("call advance to re-run the phase")
+        steps.append(f"this phase takes no file edits: submit kind={' or '.join(submissions)} (schema under "
+                     "submissions)" if submissions else "this phase takes no file edits")
+        steps.append(f"if nothing you can submit clears a finding, stop and say so: a person can waive it "
+                     f"(`orchestrator resume {state['run_id']} --waive CODE --reason TEXT`) or abort the run")
+    ran = state["attempts"].get(state["phase"], 0)
+    steps.append("call advance to re-run the phase" if ran else "call advance to run the phase")
     return steps
 
 

@@ -56,8 +56,20 @@ def reconcile(ctx: PhaseContext) -> PhaseResult:
 
 
 def current_rows(ctx: PhaseContext) -> list[dict[str, Any]]:
-    """Rows of this attempt (an interrupted attempt's rows stay in the trail, unused)."""
-    return [r for r in ctx.state["records"].get("gap_row", []) if r.get("attempt") == ctx.attempt]
+    """The rows this attempt builds on (an interrupted attempt's rows stay in the trail, unused)."""
+    attempt = rows_attempt(ctx)
+    return [r for r in ctx.state["records"].get("gap_row", []) if r.get("attempt") == attempt]
+
+
+def rows_attempt(ctx: PhaseContext) -> int:
+    """The attempt whose rows stand: a re-run after a wait for the agent continues the rows whose patches are
+    still applied (the agent's own patch row among them, recorded under that attempt); after an interruption
+    ``reconcile`` has reverted them all and this attempt starts over."""
+    rows = ctx.state["records"].get("gap_row", [])
+    if any(r.get("attempt") == ctx.attempt for r in rows) or not ctx.state["open_patches"]:
+        return ctx.attempt
+    applied = [r["attempt"] for r in rows if r.get("patch_id") in ctx.state["open_patches"]]
+    return max(applied, default=ctx.attempt)
 
 
 def recipe_sequence() -> list[tuple[Any, str]]:
@@ -71,7 +83,7 @@ def recipe_sequence() -> list[tuple[Any, str]]:
 def record_baseline(ctx: PhaseContext) -> dict[str, Any]:
     verdict = ctx.result("numerics", Numerics).verdict
     log = next((n for n in sorted(ctx.state["artifacts"]) if "-numerics-" in n), "")
-    return add_row(ctx, GapRow(label="baseline", patch_id=None, attempt=ctx.attempt, max_diff=verdict.max_diff,
+    return add_row(ctx, GapRow(label="baseline", patch_id=None, attempt=rows_attempt(ctx), max_diff=verdict.max_diff,
                                kl=verdict.kl, description=f"Phase 3 verdict ({verdict.status})", log=log))
 
 
@@ -85,7 +97,7 @@ def add_row(ctx: PhaseContext, row: GapRow) -> dict[str, Any]:
 def apply_recipe(ctx: PhaseContext, builder: Any, label: str) -> dict[str, Any]:
     recipe = builder(ctx.target)
     if recipe.status != "applicable":
-        return add_row(ctx, GapRow(label=label, patch_id=None, attempt=ctx.attempt, max_diff=current_max(ctx),
+        return add_row(ctx, GapRow(label=label, patch_id=None, attempt=rows_attempt(ctx), max_diff=current_max(ctx),
                                    kl=None, description=f"not applicable: {recipe.reason}", log=""))
     applied = ledger.apply_in_context(ctx, diff=recipe.diff, label=label, scope=(EXP,))
     return ledger_row(ctx, label=label, patch_id=applied["patch_id"], description=recipe.description)
@@ -101,7 +113,7 @@ def measure_patch(ctx: PhaseContext, label: str) -> dict[str, Any]:
     answer = ctx.call_worker(NUMERICS, numerics_request(ctx, dtypes=[VERDICT_DTYPE]), label=f"gap {label}")
     result = answer["results"][0]
     return {"max_diff": result["max_diff"], "kl": result["kl"], "status": result["status"],
-            "log": ctx.last_worker_log, "attempt": ctx.attempt, "description": "agent patch"}
+            "log": ctx.last_worker_log, "attempt": rows_attempt(ctx), "description": "agent patch"}
 
 
 def numerics_request(ctx: PhaseContext, **fields: Any) -> dict[str, Any]:
@@ -117,7 +129,7 @@ def check_kernel_alignment(ctx: PhaseContext) -> dict[str, Any]:
     result = ctx.call_worker(KERNEL_ALIGN, request, label="kernel alignment")
     verified, description = classify_alignment(result)
     return add_row(ctx, GapRow(
-        label="+kernel align", patch_id=None, attempt=ctx.attempt, max_diff=current_max(ctx), kl=None,
+        label="+kernel align", patch_id=None, attempt=rows_attempt(ctx), max_diff=current_max(ctx), kl=None,
         kernel_verified=verified, log=ctx.last_worker_log, description=description,
         hf_kernel_on_titan_weights_max_diff=result.get("hf_kernel_on_titan_weights_max_diff"),
         titan_kernel_on_hf_routing_max_diff=result.get("titan_kernel_on_hf_routing_max_diff")))
