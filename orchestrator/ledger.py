@@ -157,7 +157,11 @@ def revert_patches(run_id: str, *, store: Any, actor: str = "human", tool_call_i
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
         ctx, _ = patch_context(run, load_workflow(run.state["workflow"]), actor=actor)
-        revert_all(ctx)
-        return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
+        labels = {pid: p.get("label", pid) for pid, p in run.state["open_patches"].items()}
+        proof = revert_all(ctx)
+        named = ", ".join(f"{pid} ({label})" for pid, label in labels.items())
+        said = (f"reverted {len(labels)} temporary patch(es): {named}; {len(proof)} file(s) back at the base commit"
+                if labels else "no temporary patch was applied")
+        return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state), messages=(said,))
 
 

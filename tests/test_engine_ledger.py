@@ -88,7 +88,8 @@ def test_second_run_on_the_same_workspace_cannot_patch_while_the_first_holds_it(
     other_store, second = start(target, state_dir / "other")
     with pytest.raises(UsageError, match=f"holds temporary patches of run {first}"):
         ledger.submit_patch(second, diff=diff_for(target, "core/value.txt", "fixed\n"), label="b", store=other_store)
-    ledger.revert_patches(first, store=store)
+    reverted = ledger.revert_patches(first, store=store)
+    assert reverted.messages[0].startswith("reverted 1 temporary patch(es): ") and "(a)" in reverted.messages[0]
     ledger.submit_patch(second, diff=diff_for(target, "core/value.txt", "fixed\n"), label="b", store=other_store)
 
 

@@ -145,9 +145,9 @@ def classify_alignment(result: dict[str, Any]) -> tuple[bool, str]:
         return True, (f"verified kernel difference: HF kernel on Titan's weights max_diff {fmt(same)}, "
                       f"Titan's experts on HF's routing differ by {fmt(kernel_gap)}")
     if result.get("device") == "cpu":
-        return True, ("verified router precision difference on CPU: Titan's experts+combine match HF exactly "
-                      "(0.00) on HF's routing; Titan's fp32 router autocast is inactive on CPU while HF's gate "
-                      "runs in fp32")
+        return True, ("residual in the router, on CPU: Titan's experts+combine match HF exactly (0.00) on HF's "
+                      "routing, so the gap is in the scores / top-k; Titan's fp32 router autocast is inactive on "
+                      "CPU (torch CPU autocast takes bf16/fp16 only), the likely cause, not traced further")
     return False, ("NOT verified: experts+combine match HF exactly on HF's routing, so the residual is in the "
                    "router (scores / top-k); trace it and submit a hypothesis patch")
 
