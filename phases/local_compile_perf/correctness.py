@@ -9,7 +9,14 @@ whose error may not exceed eager's own by more than ~1 ulp. The candidate replay
 routing): otherwise near-tied tokens pick other experts and MoE grads differ by O(1) for a
 reason no rewrite caused. Every tensor's numbers go to an artifact. Ops of the fp64
 reference that ran below fp64 are listed (a ``.float()`` inside the model): the reference
-is then partly fp32, and the table says so. AC mode and parallelism rows are recorded as not covered by this harness.
+is then partly fp32, and the table says so.
+
+TP/EP: once the comparisons pass, the candidate is build-checked at world 8 (TP8/EP8) on a fake
+process group (``tp_ep``): shapes per rank, graphs per region, a zero-token rank; a build check,
+not numerics. A candidate that breaks there where the stack does not is rejected: it cannot be
+committed. A zero-token recompile within the graph budget, or a failure the stack has too, is a
+finding in the record and the artifact, not a rejection. PP and the recipe's AC mode are recorded
+as not covered by this harness.
 """
 
 from __future__ import annotations
@@ -20,13 +27,13 @@ from typing import Any
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.candidates import IN_CHECKOUT, current, in_checkout, reject
 from phases.local_compile_perf.devlog import log, renders_devlog
-from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.records import Plan, TpEpVerdict
+from phases.local_compile_perf.tp_ep import check_tp_ep, summary
 from phases.local_compile_perf.work.candidate_checks import CaptureRequest, CompareRequest, SaveCaptureRequest
 
 CAPTURE = "phases.local_compile_perf.work.candidate_checks:capture_worker"
 COMPARE = "phases.local_compile_perf.work.candidate_checks:compare_worker"
-NOT_COVERED = {"tp": "single device harness", "ep": "one EP rank's local experts only", "pp": "not in the harness",
-               "ac": "recipe AC mode is the harness's (re-timing under SAC not done)"}
+NOT_COVERED = {"pp": "not in the harness", "ac": "recipe AC mode is the harness's (re-timing under SAC not done)"}
 
 
 @renders_devlog
@@ -51,25 +58,42 @@ def run(ctx: PhaseContext) -> PhaseResult:
         ref_file.unlink(missing_ok=True)
     table = {**summarize(result), "routing_replayed": ref["routers"]}
     comparisons = [{**c, "ok": r["ok"]} for c, r in zip(result["comparisons"], table["comparisons"])]
+    failed = [r for r in table["comparisons"] if not r["ok"]]
+    # NOTE: a candidate the comparisons reject is not built at world 8: the check costs minutes of compile on a CPU.
+    tp_ep = None if failed else check_tp_ep(ctx, plan, cand)
     table["artifact"] = ctx.write_artifact(f"correctness-{cand.id}.md", ctx.render(
         "correctness.md.j2", label=cand.label, candidate=cand.id, tokens=tokens, routers=ref["routers"],
-        downcasts=table["reference_downcasts"], comparisons=comparisons))
+        downcasts=table["reference_downcasts"], comparisons=comparisons,
+        tp_ep=tp_ep.model_dump(mode="json") if tp_ep else None))
     for row in table["comparisons"]:
         log(ctx, f"correctness of {cand.label!r}: {row['label']}: worst {row['worst']} rel L2 "
                  f"{row['worst_rel_l2']:.3g} (tol {row['tolerance']:.3g}, {row['tensors']} tensors): "
                  f"{'ok' if row['ok'] else 'FAIL'}",
             kind="measurement")
-    record = {"candidate": cand.id, "tokens": tokens, **table, "not_covered": NOT_COVERED}
+    record = {"candidate": cand.id, "tokens": tokens, **table, "not_covered": NOT_COVERED, "tp_ep": brief(tp_ep)}
     ctx.add_record("correctness", record)
-    failed = [r for r in table["comparisons"] if not r["ok"]]
+    if tp_ep:
+        ctx.add_record("tp_ep_build_check", tp_ep.model_dump(mode="json"))
+        log(ctx, f"{summary(tp_ep)} ({cand.label!r})", kind="measurement")
+    # NOTE: its confirmed timing stays with the rejection: a fast but wrong rewrite is worth knowing.
+    confirmed = ctx.results.get("screen_confirm", {}).get("judged", [])
     if failed:
         worst = failed[0]
-        # NOTE: its confirmed timing stays with the rejection: a fast but wrong rewrite is worth knowing.
-        confirmed = ctx.results.get("screen_confirm", {}).get("judged", [])
         return reject(ctx, cand, f"{worst['label']}: {worst['worst']} rel L2 {worst['worst_rel_l2']:.3g} > tol "
                            f"{worst['tolerance']:.3g}", numbers={**record, "confirmed": confirmed})
-    return PhaseResult(outcome="passed", summary=f"correctness: {len(table['comparisons'])} comparisons within tol",
-                       data=record)
+    if tp_ep.blocking:
+        return reject(ctx, cand, summary(tp_ep), numbers={**record, "confirmed": confirmed})
+    return PhaseResult(outcome="passed", summary=f"correctness: {len(table['comparisons'])} comparisons within tol; "
+                                                 f"TP/EP build check {tp_ep.check.status}", data=record)
+
+
+def brief(tp_ep: TpEpVerdict | None) -> dict[str, Any]:
+    """The build check as the correctness record carries it (the full check is its own record)."""
+    if tp_ep is None:
+        return {"status": "UNRUN", "reason": "not run: the comparisons failed first"}
+    check = tp_ep.check
+    return {"status": check.status, "reason": check.reason, "items": check.items, "blocking": list(tp_ep.blocking),
+            "findings": list(tp_ep.findings), "world_size": check.world_size, "tp": check.tp, "ep": check.ep}
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:

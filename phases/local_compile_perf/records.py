@@ -174,3 +174,100 @@ class Baselines(Record):
     rows: tuple[Cell, ...]
     gpu_poll: str
     orders: tuple[tuple[str, ...], ...]
+
+
+CheckStatus = Literal["PASS", "FAIL", "UNRUN"]
+
+
+class ParamShard(Record):
+    """One parameter on one rank of the TP/EP build check."""
+
+    name: str
+    global_shape: tuple[int, ...]
+    local_shape: tuple[int, ...]
+    placement: str
+    """DTensor placements, e.g. "S(0)" (Shard(0)), or "plain (replicated)"."""
+    degree: int
+    """Ranks the parameter is placed over (1 for a plain one)."""
+    ok: bool
+    """The local shape is the global one with the sharded dim divided by ``degree``."""
+
+
+class RankRun(Record):
+    """One simulated rank's fwd+bwd steps of the TP/EP build check."""
+
+    rank: int
+    tokens: tuple[int, ...]
+    """Tokens of each step, one fwd+bwd each."""
+    zero_tokens: bool
+    """The routers were biased so this rank's local experts get no row."""
+    status: CheckStatus
+    error: str = ""
+    rows_sent: tuple[int, ...] = ()
+    """Per step: rows this rank's MoE layers sent to the experts' ranks."""
+    rows_received: tuple[int, ...] = ()
+    """Per step: rows its local experts computed (peer model: see ``ParallelBuildCheck.note``)."""
+    empty_expert_calls: int = 0
+    """(layer, step, local expert) triples with no row."""
+    graphs_after: dict[str, int] = {}
+    """Compiled graphs per region after this rank's steps (one process: earlier ranks' graphs included)."""
+    stand_ins: tuple[str, ...] = ()
+    """Exchanges the fake process group cannot copy, replaced by zeros of the right shape."""
+
+
+class ParallelBuildCheck(Record):
+    """The correctness phase's TP/EP build check of one checkout at the target world size (fake process group).
+
+    A build check: shapes, graphs, no crash. The fake backend moves no data, so no number here is a
+    numeric result. ``items`` say what passed; ``status`` is FAIL when any item failed, UNRUN when the
+    check could not run at all (``reason`` says why)."""
+
+    status: CheckStatus
+    reason: str = ""
+    world_size: int
+    tp: int
+    ep: int
+    regions: tuple[str, ...] = ()
+    compile_backend: str = "inductor"
+    build_dims: dict[str, int] = {}
+    """The stepped layer's dims: DSv3's head, expert and group counts, narrow widths."""
+    items: dict[str, CheckStatus] = {}
+    """shapes_real, shapes_build, one per rank run (``rank_N``), zero_token_graphs, graph_budget."""
+    failures: dict[str, str] = {}
+    """Why each failed item failed."""
+    shapes_real: tuple[ParamShard, ...] = ()
+    """Rank 0's parameters at the real DSv3 dims, built on meta."""
+    shapes_build: tuple[ParamShard, ...] = ()
+    """Rank 0's parameters of the stepped layer."""
+    ranks: tuple[RankRun, ...] = ()
+    graphs: dict[str, int] = {}
+    """Graphs per region after the ranks that got tokens."""
+    zero_token_growth: dict[str, int] = {}
+    """Graphs per region the zero-token rank added (0 everywhere: no recompile for the empty case)."""
+    recompile_reasons: tuple[str, ...] = ()
+    """Dynamo's guard failures behind that growth."""
+    graph_breaks: int = 0
+    recompile_limit: int = 0
+    target: int = 0
+    """Most graphs per region with headroom (graph budget: 6 of 8)."""
+    torch: str = ""
+    note: str = ""
+    """What the fake process group does and does not show."""
+
+    @property
+    def failed_items(self) -> tuple[str, ...]:
+        return tuple(name for name, status in self.items.items() if status == "FAIL")
+
+
+class TpEpVerdict(Record):
+    """The correctness phase's ruling on the TP/EP build check of one candidate (phases/local_compile_perf/tp_ep)."""
+
+    candidate: str
+    check: ParallelBuildCheck
+    """The candidate checkout's check, with its tree's regions."""
+    stack_items: dict[str, CheckStatus] = {}
+    """The stack tip's items, with the stack's regions; checked only when the candidate failed an item."""
+    blocking: tuple[str, ...] = ()
+    """Failed items that reject the candidate: shapes, a rank's crash, the graph budget, where the stack passes."""
+    findings: tuple[str, ...] = ()
+    """Failed or unrun items that do not reject it, each with why (the stack's too, or a recompile within budget)."""

@@ -1,0 +1,147 @@
+"""The correctness phase's TP/EP build check: the embedded layer at world 8 (TP8/EP8) on a fake process group.
+
+The worker runs as the phase runs it (a subprocess), with the regions bound through ``aot_eager``: the
+same Dynamo graphs and guards as Inductor, without its code generation: about 10-20 s a check on a 2-core host.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.context import render_template
+from phases.local_compile_perf.records import ParallelBuildCheck, TpEpVerdict
+from phases.local_compile_perf.tp_ep import rule
+from phases.local_compile_perf.work.tp_ep_check import ParallelCheckRequest
+from tests.conftest import call_worker
+
+EMBEDDED = "phases.local_compile_perf.embedded.moe_layer.harness:build_harness"
+WORKER = "phases.local_compile_perf.work.tp_ep_check:tp_ep_worker"
+
+
+def check(harness: str, regions: tuple[str, ...]) -> ParallelBuildCheck:
+    request = ParallelCheckRequest(harness=harness, device="cpu", regions=regions, compile_backend="aot_eager")
+    return ParallelBuildCheck.model_validate(call_worker(WORKER, request.model_dump(mode="json")))
+
+
+@pytest.fixture(scope="module")
+def embedded() -> ParallelBuildCheck:
+    return check(EMBEDDED, ("router", "swiglu"))
+
+
+def test_every_parameter_is_its_global_shape_split_by_8(embedded: ParallelBuildCheck) -> None:
+    assert embedded.items["shapes_real"] == embedded.items["shapes_build"] == "PASS"
+    real = {s.name: s for s in embedded.shapes_real}
+    assert real["1.ffn.experts.w13"].global_shape == (256, 4096, 7168)
+    assert real["1.ffn.experts.w13"].local_shape == (32, 4096, 7168)
+    assert real["0.attention.wq_b.weight"].local_shape == (24576 // 8, 1536)
+    assert real["0.attention.wo.weight"].local_shape == (7168, 16384 // 8)
+    assert real["1.ffn.router.gate.weight"].local_shape == (256, 7168)
+    sharded = [s for s in embedded.shapes_real if s.degree == 8]
+    assert len(sharded) == 14 and all(s.ok for s in embedded.shapes_real)
+
+
+def test_both_ranks_step_and_the_zero_token_rank_gets_no_row(embedded: ParallelBuildCheck) -> None:
+    first, last = embedded.ranks
+    assert (first.rank, last.rank) == (0, 7) and first.status == last.status == "PASS"
+    assert all(first.rows_received) and last.zero_tokens and last.rows_received == (0,) and last.rows_sent[0] > 0
+    assert last.empty_expert_calls == 32 and last.stand_ins
+    assert embedded.graph_breaks == 0 and embedded.items["graph_budget"] == "PASS"
+    assert embedded.graphs == {"router": 2, "swiglu": 2}
+
+
+def test_the_empty_rank_recompiles_swiglu_and_says_why(embedded: ParallelBuildCheck) -> None:
+    """Dynamo specializes a size of 0: the first step without rows costs swiglu one graph (recorded, not hidden)."""
+    assert embedded.zero_token_growth == {"router": 0, "swiglu": 1}
+    assert embedded.items["zero_token_graphs"] == "FAIL" and embedded.status == "FAIL"
+    assert any("swiglu" in r and "actual 0" in r for r in embedded.recompile_reasons)
+    blocking, findings = rule(embedded, None)
+    assert blocking == () and "within the graph budget" in findings[0]
+
+
+def test_the_artifact_shows_the_check(embedded: ParallelBuildCheck) -> None:
+    verdict = TpEpVerdict(candidate="c1", check=embedded, findings=rule(embedded, None)[1])
+    text = render_template("local_compile_perf", "correctness.md.j2", label="narrow", candidate="c1", tokens=16,
+                           routers=[], downcasts=[], comparisons=[], tp_ep=verdict.model_dump(mode="json"))
+    assert "## TP/EP build check at world 8: FAIL" in text and "not a correctness comparison" in text
+    assert "| zero_token_graphs | FAIL | - |" in text and "| 1.ffn.experts.w13 | 256x4096x7168 | 32x4096x7168 |" in text
+
+
+def full_heads_harness() -> object:
+    """The embedded layer with a rewrite whose region views q with the model's full head count (a TP bug)."""
+    import torch
+
+    from phases.local_compile_perf.embedded.moe_layer import attention, harness
+    from phases.local_compile_perf.embedded.moe_layer.config import DSV3_REAL
+    from phases.local_compile_perf.embedded.moe_layer.local_compile import local_compile
+
+    @local_compile("q_heads")
+    def split_heads(q: torch.Tensor) -> torch.Tensor:
+        return q.view(q.shape[0], DSV3_REAL.n_heads, -1)
+
+    original = attention.MLAttention._project_qkv
+
+    def project_qkv(self, x, freqs_cis):  # noqa: ANN001, ANN202 - the patched method's own signature
+        split_heads(self.wq_b(self.q_norm(self.wq_a(x))))
+        return original(self, x, freqs_cis)
+
+    attention.MLAttention._project_qkv = project_qkv
+    return harness.build_harness()
+
+
+def test_a_region_that_assumes_the_full_head_count_is_caught() -> None:
+    broken = check("tests.test_lcp_tp_ep:full_heads_harness", ("router", "q_heads"))
+    assert broken.status == "FAIL" and broken.items["shapes_real"] == "PASS"
+    assert broken.items["rank_0"] == broken.items["rank_7"] == "FAIL"
+    assert "is invalid for input of size" in broken.failures["rank_0"], broken.failures
+    stack = ParallelBuildCheck(status="PASS", world_size=8, tp=8, ep=8, items={"rank_0": "PASS", "rank_7": "PASS"})
+    blocking, findings = rule(broken, stack)
+    assert blocking == ("rank_0", "rank_7")
+    assert "zero_token_graphs: not run (an earlier item failed)" in findings
+
+
+def test_a_failure_the_stack_has_too_does_not_reject() -> None:
+    failed = {"rank_0": "FAIL", "graph_budget": "UNRUN"}
+    cand = ParallelBuildCheck(status="FAIL", world_size=8, tp=8, ep=8, items=failed, failures={"rank_0": "boom"})
+    stack = ParallelBuildCheck(status="FAIL", world_size=8, tp=8, ep=8, items={"rank_0": "FAIL"})
+    assert rule(cand, stack) == ((), ("rank_0: the stack fails it too: boom", "graph_budget: not run (an earlier "
+                                                                                "item failed)"))
+    unrun = ParallelBuildCheck(status="UNRUN", reason="hf target", world_size=8, tp=8, ep=8)
+    assert rule(unrun, None) == ((), ("not run: hf target",))
+
+
+class StubContext:
+    """What check_tp_ep asks of a phase context: a worker per checkout, answered from ``answers``."""
+
+    def __init__(self, answers: dict[str, ParallelBuildCheck]) -> None:
+        self.answers, self.asked = answers, []
+
+    def call_worker(self, func: str, request: dict, *, label: str = "") -> dict:
+        self.asked.append((request["checkout"], tuple(request["request"]["regions"])))
+        return self.answers[request["checkout"]].model_dump(mode="json")
+
+
+def candidate() -> object:
+    from phases.local_compile_perf.records import Candidate, PreparedCandidate
+
+    prepared = PreparedCandidate(n=1, name="1-x", tip="t", commits=("c",), wip_branch="w", wip_commit="c",
+                                 stack_checkout="/stack", candidate_checkout="/cand", files=(), regions_source="",
+                                 candidate_regions=("swiglu",), stack_regions=("router",))
+    return Candidate(id="c1", branch="b", label="x", actor="agent", submitted_at="now", prepared=prepared)
+
+
+def test_the_stack_is_checked_only_when_the_candidate_fails_and_then_rules() -> None:
+    from phases.local_compile_perf.records import Plan
+    from phases.local_compile_perf.tp_ep import check_tp_ep
+
+    plan = Plan.model_construct(kind="embedded", harness=EMBEDDED)
+    passing = ParallelBuildCheck(status="PASS", world_size=8, tp=8, ep=8, items={"rank_0": "PASS"})
+    ctx = StubContext({"/cand": passing})
+    assert check_tp_ep(ctx, plan, candidate()).blocking == () and ctx.asked == [("/cand", ("router", "swiglu"))]
+    broken = ParallelBuildCheck(status="FAIL", world_size=8, tp=8, ep=8, items={"rank_0": "FAIL"},
+                                failures={"rank_0": "view"})
+    ctx = StubContext({"/cand": broken, "/stack": passing})
+    verdict = check_tp_ep(ctx, plan, candidate())
+    assert verdict.blocking == ("rank_0",) and verdict.stack_items == {"rank_0": "PASS"}
+    assert ctx.asked[1] == ("/stack", ("router",))
+    hf = check_tp_ep(StubContext({}), Plan.model_construct(kind="hf", harness="x"), candidate())
+    assert hf.check.status == "UNRUN" and "embedded layer" in hf.check.reason and hf.blocking == ()
