@@ -67,6 +67,8 @@ def inspect_trail(run_dir: Path, *, anchor: bool = True, every_signature: bool =
         return report
     if report.in_log:
         _check_log_heads(report, anchor=anchor, every=every_signature)
+    elif (stray := signed_log.stray_head(report.events)) is not None:
+        report.findings.append(stray)
     elif anchor:
         _check_anchor(report)
     if anchor:

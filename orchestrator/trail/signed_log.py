@@ -110,6 +110,13 @@ def _announced(event: dict[str, Any], index: int) -> Write | Finding:
     return Write(start=index, head=head, sig=sig)
 
 
+def stray_head(events: list[dict[str, Any]]) -> Finding | None:
+    """A run whose heads live in the anchor alone has no signed head in its log (the chain hash cannot say so)."""
+    seq = next((e.get("seq") for e in events if SIGNED_HEAD in e), None)
+    return None if seq is None else Finding(seq=seq, check="signature", message=(
+        f"seq {seq} carries a signed head, but the run's genesis does not say its heads are in the log"))
+
+
 def to_verify(heads: LogHeads, anchored: Head | None, *, every: bool) -> list[Write]:
     """The writes whose signatures need checking: those a verified anchor's head does not already
     vouch for through the chain (without one, the last), the write cut short, or ``every`` one."""
