@@ -140,6 +140,26 @@ def test_an_anchor_reverted_to_an_older_valid_head_lags_and_audits_intact(run: t
     assert json.loads(anchor.read_bytes())["seq"] == 7 and audit_trail(run_dir).notes == []
 
 
+def test_an_anchor_left_at_a_write_that_never_landed_and_was_replaced_lags(run: tuple[RunStore, Path]) -> None:
+    """A kill after the anchor's pwrite (nothing of the write landed), the next command's write, then a power
+    loss before the anchor's page went out again: the anchor names a write the log replaced."""
+    from orchestrator.trail.anchor import write_anchor
+
+    store, run_dir = run
+    trail = events(store.state_dir, "r")
+    write_anchor("r", trail[0]["hash"], Head(seq=5, hash="ab" * 32), Head(seq=4, hash=trail[4]["hash"]),
+                 trail[0]["data"]["signer"])
+    anchor = anchor_path("r", trail[0]["hash"])
+    announced = anchor.read_bytes()
+    with store.open_run("r") as opened:
+        opened.append(note("five"))
+    anchor.write_bytes(announced)
+    audit = audit_trail(run_dir)
+    assert audit.findings == [] and [n.split(" (")[0] for n in audit.notes] == [
+        "the anchor names a write after seq 4 that did not land, and the log went on from there with another"]
+    assert not refused(store)
+
+
 def test_a_write_cut_short_after_its_first_line_is_repaired_though_the_anchor_never_saw_it(
         run: tuple[RunStore, Path]) -> None:
     """Power loss mid-fsync: the anchor's page stayed behind, the write's first line (its announcement) landed."""

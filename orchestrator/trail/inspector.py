@@ -141,10 +141,7 @@ def _check_log_heads(report: TrailReport, *, anchor: bool, every: bool) -> None:
     decision = signed_log.decide(heads, report.torn, signed)
     report.keep, report.announced = decision.keep, decision.announced
     report.findings += [decision.finding] if decision.finding is not None else []
-    if decision.lag is not None:
-        report.notes.append(f"the anchor names seq {decision.lag.seq}, an earlier signed head of the log "
-                            f"(which is signed to seq {heads.complete.seq}): its write-back was lost, as after "
-                            "a power loss; the log's own signatures vouch for the rest, the next write brings it level")
+    report.notes += [decision.note] if decision.note is not None else []
 
 
 def _unsigned_run(report: TrailReport, heads: signed_log.LogHeads) -> Finding | None:

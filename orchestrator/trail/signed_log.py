@@ -52,8 +52,8 @@ class LogHeads:
 class Decision:
     keep: int
     finding: Finding | None = None
-    lag: Head | None = None
-    """The anchor's head when it is an earlier signed head of the log (its write-back was lost)."""
+    note: str | None = None
+    """Said when the anchor lags the log's signed heads (its write-back was lost): no finding."""
     announced: Head | None = None
     """The head of a write that did not land (a repair records the seqs up to it as lost)."""
 
@@ -142,26 +142,44 @@ def decide(heads: LogHeads, torn: bytes, anchor: Anchor | None) -> Decision:
     """The anchor decision of a run with in-log heads (``anchor`` None: not checked).
 
     The log's own signatures vouch for every complete write; the anchor adds that the log was not
-    cut behind its head. An anchor at an earlier signed head lags (its write-back was lost), which
-    is no finding; one write ahead is a write cut short, as a bare announcement in the log is.
+    cut behind what it knew. An anchor at an earlier signed head lags (its write-back was lost),
+    which is no finding; one write ahead is a write cut short, as a bare announcement in the log is.
+    An anchor naming a write after an earlier signed head that the log went on from with another
+    write knew that head: its write did not land (a kill), and the write that replaced it was lost
+    from the anchor's page (a power loss).
     """
     complete = heads.complete
     assert complete is not None
-    keep, pending = complete.seq + 1, heads.pending
-    if anchor is None or anchor.head in [w.head for w in heads.writes]:
-        lag = anchor.head if anchor is not None and anchor.head != complete else None
-        if pending is not None:
-            return Decision(keep=keep, finding=_cut_short(pending.start, pending.head, "in the log"),
-                            lag=lag, announced=pending.head)
-        if torn and anchor is not None:
-            return Decision(keep=keep, lag=lag, finding=Finding(seq=complete.seq, check="anchor", message=(
-                f"{len(torn)} bytes follow the signed head (seq {complete.seq}) and no signed head announces them")))
-        return Decision(keep=keep, lag=lag)
+    ends = [w.head for w in heads.writes]
+    if anchor is None or anchor.head in ends:
+        return _known(heads, torn, anchor, None if anchor is None or anchor.head == complete else (
+            f"the anchor names seq {anchor.head.seq}, an earlier signed head of the log"))
+    pending = heads.pending
     if anchor.prev == complete and anchor.head.seq > complete.seq and (pending is None or pending.head == anchor.head):
-        return Decision(keep=keep, finding=_cut_short(keep, anchor.head, "by the anchor"), announced=anchor.head)
-    return Decision(keep=keep, finding=Finding(seq=complete.seq, check="anchor", message=(
+        return Decision(keep=complete.seq + 1, finding=_cut_short(complete.seq + 1, anchor.head, "by the anchor"),
+                        announced=anchor.head)
+    if anchor.prev in ends:
+        return _known(heads, torn, anchor, f"the anchor names a write after seq {anchor.prev.seq} that did not land, "
+                                           "and the log went on from there with another")
+    return Decision(keep=complete.seq + 1, finding=Finding(seq=complete.seq, check="anchor", message=(
         f"the log's last signed head is seq {complete.seq} but the anchor outside the state dir names seq "
         f"{anchor.head.seq} with another hash: events were dropped or re-hashed")))
+
+
+def _known(heads: LogHeads, torn: bytes, anchor: Anchor | None, behind: str | None) -> Decision:
+    """The anchor knew no more of the log than its signed heads say: only what follows the last one is left."""
+    complete, pending = heads.complete, heads.pending
+    assert complete is not None
+    keep = complete.seq + 1
+    note = behind and (f"{behind} (the log is signed to seq {complete.seq}): its write-back was lost, as in a power "
+                       "loss; the log's own signatures vouch for the rest, and the next write brings it level")
+    if pending is not None:
+        return Decision(keep=keep, finding=_cut_short(pending.start, pending.head, "in the log"), note=note,
+                        announced=pending.head)
+    if torn and anchor is not None:
+        return Decision(keep=keep, note=note, finding=Finding(seq=complete.seq, check="anchor", message=(
+            f"{len(torn)} bytes follow the signed head (seq {complete.seq}) and no signed head announces them")))
+    return Decision(keep=keep, note=note)
 
 
 def _cut_short(start: int, head: Head, where: str) -> Finding:

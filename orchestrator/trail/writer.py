@@ -4,8 +4,9 @@
 checked the log. Every write is one group commit that costs one sync (``OpenRun._commit``):
 
 1. the head for where the log will stand is signed once; the signature goes on the write's first
-   line (``signed_head``, ``trail.signed_log``) and into the anchor record (``trail.anchor``),
-   which is ``pwrite``-n in place and not synced (the writer syncs it once, on close);
+   line (``signed_head``, ``trail.signed_log``; the first, not the last, so that a write cut
+   short still shows its announcement) and into the anchor record (``trail.anchor``), which is
+   ``pwrite``-n in place and not synced (the writer syncs it once, on close);
 2. the lines, in one ``write`` and one ``fsync`` of the log.
 
 What a crash leaves. kill -9 keeps the page cache, so every finished syscall counts as written:
@@ -15,7 +16,8 @@ part of it landed and records ``trail_repaired`` (when none of its lines landed 
 to cut, and the next write's head takes the place of the one announced). The anchor never lags
 after a kill. A power loss promises only what was fsynced: the log up to its last completed
 write. The anchor's page may have gone out or not, so it is level, one write ahead (the same
-repair), or behind at an earlier signed head of the log. The log verifies from its own
+repair), or behind: at an earlier signed head of the log, or at a write after one that never
+landed (a kill) and that the log replaced. The log verifies from its own
 signatures, so a lagging anchor is no finding (``audit`` notes it; the next write brings it
 level), and a write whose first line landed but not all the rest is announced in the log itself
 and repaired alike. Lines after the last signed head that no signed head announces are what
