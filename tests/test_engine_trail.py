@@ -63,7 +63,7 @@ def test_every_write_is_signed_in_the_log_and_verifies_without_our_code(finished
     assert trail[0]["data"]["heads"] == "in_log"
     start = 0
     while start < len(trail):
-        head = trail[start]["signed_head"]
+        head = {"seq": start, "hash": trail[start]["hash"], **trail[start]["signed_head"]}  # a one-line write: its own
         prev = [start - 1, trail[start - 1]["hash"]] if start else None
         body = json.dumps([run_id, trail[0]["hash"], head["seq"], head["hash"], prev], separators=(",", ":"))
         key.verify(bytes.fromhex(head["sig"]), body.encode())  # raises InvalidSignature when it does not verify

@@ -20,7 +20,7 @@ import pytest
 from orchestrator.trail import events as ev
 from orchestrator.trail.anchor import Head, _RecordFormat, anchor_path, head_record
 from orchestrator.trail.chain import canonical_json, chain_hash, event_line, line_hash, with_signed_head
-from orchestrator.trail.signed_log import member
+from orchestrator.trail.signed_log import member, member_dict
 from orchestrator.trail.signing import own_signer
 from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, cli
@@ -49,11 +49,12 @@ def test_event_line_is_the_canonical_line_and_its_hash(data: dict) -> None:
     digest, line = event_line("ab" * 32, event)
     assert digest == chain_hash("ab" * 32, event)
     assert line == canonical_json({**event, "hash": digest}) + b"\n"
-    signed = {"hash": "cd" * 32, "seq": 7, "sig": "ef" * 64}
-    signed_line = with_signed_head(line, member(Head(seq=7, hash="cd" * 32), "ef" * 64))
-    assert signed_line == canonical_json({**event, "hash": digest, "signed_head": signed}) + b"\n"
-    assert chain_hash("ab" * 32, {**event, "signed_head": signed}) == digest  # the member is not hashed
-    assert line_hash("ab" * 32, signed_line[:-1], signed=True) == line_hash("ab" * 32, line[:-1]) == digest
+    for head in (Head(seq=3, hash=digest), Head(seq=7, hash="cd" * 32)):  # a write of this line alone, and longer
+        signed = member_dict(head, "ef" * 64, start=3)
+        signed_line = with_signed_head(line, member(head, "ef" * 64, start=3))
+        assert signed_line == canonical_json({**event, "hash": digest, "signed_head": signed}) + b"\n"
+        assert chain_hash("ab" * 32, {**event, "signed_head": signed}) == digest  # the member is not hashed
+        assert line_hash("ab" * 32, signed_line[:-1], signed=True) == line_hash("ab" * 32, line[:-1]) == digest
 
 
 def syscalls_of_two_writes(store: RunStore, run_id: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:

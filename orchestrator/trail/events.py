@@ -246,8 +246,9 @@ class SignedHead(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seq: int
-    hash: str
+    seq: int | None = None
+    """The seq of the write's last line; left out (with ``hash``) when the write is this line alone."""
+    hash: str | None = None
     sig: str
 
 

@@ -2,8 +2,9 @@
 
 A run whose ``run_started`` has ``heads: "in_log"`` (every run made since writes cost one sync)
 puts ``"signed_head": {"hash", "seq", "sig"}`` on the first line of each write: the head the log
-stands at once the write's last line is in, and the Ed25519 signature of ``anchor.signed_body``
-for that head, with ``prev`` the event just before the line (null at seq 0). It is the very
+stands at once the write's last line is in (``hash`` and ``seq`` are left out when the write is
+that one line: its own), and the Ed25519 signature of ``anchor.signed_body`` for that head, with
+``prev`` the event just before the line (null at seq 0). It is the very
 signature the anchor file holds for that head. The member is left out of the chain hash
 (``chain``), so it can sit on the write's first line, before the hashes it signs.
 
@@ -63,9 +64,16 @@ def heads_in_log(first: dict[str, Any]) -> bool:
     return data.get("heads") == IN_LOG
 
 
-def member(head: Head, sig: str) -> bytes:
-    """The canonical JSON of a ``signed_head`` member (sorted keys: hash, seq, sig)."""
+def member(head: Head, sig: str, *, start: int) -> bytes:
+    """The canonical JSON of the ``signed_head`` of a write from seq ``start`` to ``head`` (sorted keys)."""
+    if head.seq == start:
+        return f'{{"sig":"{sig}"}}'.encode()
     return f'{{"hash":"{head.hash}","seq":{head.seq},"sig":"{sig}"}}'.encode()
+
+
+def member_dict(head: Head, sig: str, *, start: int) -> dict[str, Any]:
+    """``member`` as the parsed line has it."""
+    return {"sig": sig} if head.seq == start else {"hash": head.hash, "seq": head.seq, "sig": sig}
 
 
 def read_heads(events: list[dict[str, Any]]) -> LogHeads:
@@ -102,6 +110,8 @@ def _announced(event: dict[str, Any], index: int) -> Write | Finding:
             f"the lines from seq {index} on carry no signed head: every write of this run starts with one, "
             "so they were appended by someone without the key"))
     try:
+        if "seq" not in signed and "hash" not in signed:
+            signed = {**signed, "seq": index, "hash": event["hash"]}
         head, sig = Head(seq=int(signed["seq"]), hash=str(signed["hash"])), str(signed["sig"])
         if head.seq < index:
             raise ValueError

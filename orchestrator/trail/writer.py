@@ -153,8 +153,9 @@ class OpenRun:
             self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
         if self._in_log:
             sig = self._anchor.sign(head, self._durable)
-            events[0][SIGNED_HEAD] = {"hash": head.hash, "seq": head.seq, "sig": sig}
-            lines[0] = with_signed_head(lines[0], signed_log.member(head, sig))
+            start = events[0]["seq"]
+            events[0][SIGNED_HEAD] = signed_log.member_dict(head, sig, start=start)
+            lines[0] = with_signed_head(lines[0], signed_log.member(head, sig, start=start))
             self._anchor.write(head, self._durable, sig=sig, sync=False)
         else:
             self._anchor.write(head, self._durable)
@@ -197,14 +198,20 @@ class OpenRun:
                 self._anchor.close()
 
 
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Delay SIGINT/SIGTERM (their Python handlers run after the block, never inside it)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+class signals_held:  # noqa: N801 (used as ``with signals_held():``, like the context manager it was)
+    """Delay SIGINT/SIGTERM (their Python handlers run after the block, never inside it).
+
+    A class rather than ``contextlib.contextmanager``: it runs around every write, and a generator's
+    setup costs more than the two ``pthread_sigmask`` calls it wraps.
+    """
+
+    __slots__ = ("_old",)
+
+    def __enter__(self) -> None:
+        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+
+    def __exit__(self, *exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
