@@ -18,6 +18,8 @@ SIGNED_HEAD = "signed_head"
 _HASH_MEMBER = b',"hash":"'
 _SIGNED_MEMBER = b',"signed_head":{'
 _TS_MEMBER = b',"ts":"'
+_AFTER_PHASE = ("prev_hash", "run_id", "schema_version", "seq", "ts", "type")
+_ENVELOPE = frozenset({"actor", "data", "phase", *_AFTER_PHASE})
 _HASH_MEMBER_LEN = len(_HASH_MEMBER) + 64 + 1
 
 
@@ -38,10 +40,19 @@ def chain_hash(prev_hash: str, event_without_hash: dict[str, Any]) -> str:
 def event_line(prev_hash: str, event_without_hash: dict[str, Any]) -> tuple[str, bytes]:
     """The event's chain hash and its line as written (canonical JSON with ``"hash"``, then a newline).
 
-    One serialization serves both: the members whose keys sort before ``"hash"`` and those after
-    it are dumped apart, so the hashed bytes and the line differ only by the ``"hash"`` member
-    put between them (byte for byte what ``canonical_json`` of the whole event gives).
+    One serialization serves both, the hashed bytes and the line differing only by the ``"hash"``
+    member (byte for byte what ``canonical_json`` of the whole event gives). An envelope as the
+    writer makes it (exactly its keys, ``data`` the one container) is encoded once: ``"hash"``
+    sorts between ``"data"`` and ``"phase"``, and no member after ``"phase"`` holds a container,
+    so the last ``,"phase":`` of the hashed bytes is where it goes. Other events are dumped in two
+    halves around it.
     """
+    if event_without_hash.keys() == _ENVELOPE and not any(
+            isinstance(event_without_hash[k], (dict, list)) for k in _AFTER_PHASE):
+        body = canonical_json(event_without_hash)
+        digest = hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
+        cut = body.rindex(b',"phase":')
+        return digest, body[:cut] + b',"hash":"' + digest.encode("ascii") + b'"' + body[cut:] + b"\n"
     before = canonical_json({k: v for k, v in event_without_hash.items() if k < "hash"})[1:-1]
     after = canonical_json({k: v for k, v in event_without_hash.items() if k > "hash" and k != SIGNED_HEAD})[1:-1]
     digest = hashlib.sha256(prev_hash.encode("ascii") + b"{" + b",".join(filter(None, (before, after))) + b"}"
