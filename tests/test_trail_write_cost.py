@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,13 +40,16 @@ def test_the_writer_makes_the_bytes_head_record_makes(run_id: str, prev: Head | 
         assert made == head_record(run_id, "9e" * 32, head, prev, who)
 
 
-@pytest.mark.parametrize("data", [
-    {"type": "x"}, {"phase": "nested", "hash": "not the member", ",\"phase\":": [1, {"hash": None}]},
-    {"text": "é ✓ \u2028 \n \"quoted\"", "n": 1.5e300, "big": 10**30, "empty": {}, "list": []},
+@pytest.mark.parametrize(("data", "members"), [
+    ({"type": "x"}, {}), ({"phase": "nested", "hash": "not the member", ",\"phase\":": [1, {"hash": None}]}, {}),
+    ({"text": "é ✓ \u2028 \n \"quoted\"", "n": 1.5e300, "big": 10**30, "empty": {}, "list": []}, {}),
+    ({"small": 2.5e-05}, {"phase": "a \"phase\"\\ é\n", "run_id": "r\u2028", "actor": "a\x01"}),
+    ([1, "data not an object"], {"schema_version": True}),  # not the writer's envelope: the slow path
+    ({}, {"extra": {"nested": 1}}),
 ])
-def test_event_line_is_the_canonical_line_and_its_hash(data: dict) -> None:
+def test_event_line_is_the_canonical_line_and_its_hash(data: Any, members: dict) -> None:
     event = {"schema_version": 1, "seq": 3, "ts": "2026-12-02T00:00:00+00:00", "run_id": "r", "type": "x",
-             "actor": "engine", "phase": None, "data": data, "prev_hash": "ab" * 32}
+             "actor": "engine", "phase": None, "data": data, "prev_hash": "ab" * 32, **members}
     digest, line = event_line("ab" * 32, event)
     assert digest == chain_hash("ab" * 32, event)
     assert line == canonical_json({**event, "hash": digest}) + b"\n"

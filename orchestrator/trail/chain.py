@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -18,8 +19,7 @@ SIGNED_HEAD = "signed_head"
 _HASH_MEMBER = b',"hash":"'
 _SIGNED_MEMBER = b',"signed_head":{'
 _TS_MEMBER = b',"ts":"'
-_AFTER_PHASE = ("prev_hash", "run_id", "schema_version", "seq", "ts", "type")
-_ENVELOPE = frozenset({"actor", "data", "phase", *_AFTER_PHASE})
+_ENVELOPE = frozenset({"actor", "data", "phase", "prev_hash", "run_id", "schema_version", "seq", "ts", "type"})
 _HASH_MEMBER_LEN = len(_HASH_MEMBER) + 64 + 1
 
 
@@ -40,25 +40,34 @@ def chain_hash(prev_hash: str, event_without_hash: dict[str, Any]) -> str:
 def event_line(prev_hash: str, event_without_hash: dict[str, Any]) -> tuple[str, bytes]:
     """The event's chain hash and its line as written (canonical JSON with ``"hash"``, then a newline).
 
-    One serialization serves both, the hashed bytes and the line differing only by the ``"hash"``
-    member (byte for byte what ``canonical_json`` of the whole event gives). An envelope as the
-    writer makes it (exactly its keys, ``data`` the one container) is encoded once: ``"hash"``
-    sorts between ``"data"`` and ``"phase"``, and no member after ``"phase"`` holds a container,
-    so the last ``,"phase":`` of the hashed bytes is where it goes. Other events are dumped in two
-    halves around it.
+    For an envelope as the writer makes it, one serialization serves both: it is formatted around
+    one encode of its ``data`` (``_envelope_parts``), and the hashed bytes and the line differ only
+    by the ``"hash"`` member (byte for byte what ``canonical_json`` of the whole event gives).
     """
-    if event_without_hash.keys() == _ENVELOPE and not any(
-            isinstance(event_without_hash[k], (dict, list)) for k in _AFTER_PHASE):
-        body = canonical_json(event_without_hash)
-        digest = hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
-        cut = body.rindex(b',"phase":')
-        return digest, body[:cut] + b',"hash":"' + digest.encode("ascii") + b'"' + body[cut:] + b"\n"
-    before = canonical_json({k: v for k, v in event_without_hash.items() if k < "hash"})[1:-1]
-    after = canonical_json({k: v for k, v in event_without_hash.items() if k > "hash" and k != SIGNED_HEAD})[1:-1]
-    digest = hashlib.sha256(prev_hash.encode("ascii") + b"{" + b",".join(filter(None, (before, after))) + b"}"
-                            ).hexdigest()
-    member = b'"hash":"' + digest.encode("ascii") + b'"'
-    return digest, b"{" + b",".join(filter(None, (before, member, after))) + b"}\n"
+    parts = _envelope_parts(event_without_hash)
+    if parts is None:
+        digest = chain_hash(prev_hash, event_without_hash)
+        return digest, canonical_json({**event_without_hash, "hash": digest}) + b"\n"
+    before, after = parts
+    digest = hashlib.sha256(prev_hash.encode("ascii") + before + after).hexdigest()
+    return digest, before + b',"hash":"' + digest.encode("ascii") + b'"' + after + b"\n"
+
+
+def _envelope_parts(event: dict[str, Any]) -> tuple[bytes, bytes] | None:
+    """The canonical bytes before and after where ``"hash"`` goes, for an envelope of exactly the
+    writer's keys with int seqs and string members; None for anything else."""
+    if event.keys() != _ENVELOPE or type(event["seq"]) is not int or type(event["schema_version"]) is not int:
+        return None
+    text = encode_basestring
+    try:
+        phase = "null" if event["phase"] is None else text(event["phase"])
+        before = f'{{"actor":{text(event["actor"])},"data":'.encode() + canonical_json(event["data"])
+        after = (f',"phase":{phase},"prev_hash":{text(event["prev_hash"])},"run_id":{text(event["run_id"])},'
+                 f'"schema_version":{event["schema_version"]},"seq":{event["seq"]},"ts":{text(event["ts"])},'
+                 f'"type":{text(event["type"])}}}').encode()
+    except TypeError:  # a member that is not a string where the envelope has one
+        return None
+    return before, after
 
 
 def with_signed_head(line: bytes, member: bytes) -> bytes:
