@@ -35,7 +35,7 @@ def register(main: click.Group, command: Callable) -> None:
                             witnesses=tuple(read_witness(w, run_id) for w in witnesses))
         findings = audit.findings
         if settings.as_json:
-            emit_json({"run_id": run_id, "ok": not findings, "signed_by": audit.signed_by,
+            emit_json({"run_id": run_id, "ok": not findings, "signed_by": audit.signed_by, "notes": audit.notes,
                        "findings": [{"seq": f.seq, "check": f.check, "message": f.message} for f in findings]})
         elif findings:
             for f in findings:
@@ -45,6 +45,8 @@ def register(main: click.Group, command: Callable) -> None:
             checked += ["meaning"] * (workflow is not None) + ["witness"] * bool(witnesses)
             print(f"{run_id}: trail intact ({', '.join(checked + ['run.json', 'artifacts', 'rules'])})"
                   + (f"; head signed by {audit.signed_by}" if audit.signed_by else ""))
+        for note in audit.notes:
+            print(f"note: {note}")
         return EXIT_FAILED if findings else EXIT_OK
 
 

@@ -96,3 +96,19 @@ def json_error(proc: subprocess.CompletedProcess) -> bool:
     except ValueError:
         return False
     return proc.returncode == 2 and set(payload["error"]) == {"code", "message"} and "Traceback" not in str(proc.stderr)
+
+
+def legacy_anchor_run(store: Any, run_id: str, started: Any) -> None:
+    """A run as made before in-log heads: Ed25519-signed, its heads in the anchor file alone."""
+    from orchestrator.trail.signing import own_signer
+    from orchestrator.trail.snapshot import empty_state
+    from orchestrator.trail.writer import OpenRun
+
+    store.ensure_writable()
+    run_dir = store.runs_dir / run_id
+    (run_dir / "artifacts").mkdir(parents=True)
+    (run_dir / "events.jsonl").touch()
+    signer = own_signer(create=True)
+    run = OpenRun(run_dir, empty_state(run_id), signer=signer)
+    run.append(started.model_copy(update={"signer": signer}))
+    run.close()

@@ -46,11 +46,30 @@ def test_chain_is_recomputable_without_our_code(finished_run):
     prev = GENESIS_HASH
     for seq, line in enumerate(lines_of(store, run_id)):
         event = json.loads(line)
-        body = {k: v for k, v in event.items() if k != "hash"}
+        body = {k: v for k, v in event.items() if k not in ("hash", "signed_head")}
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         assert event["seq"] == seq and event["prev_hash"] == prev
         assert event["hash"] == hashlib.sha256((prev + text).encode()).hexdigest()
         prev = event["hash"]
+
+
+def test_every_write_is_signed_in_the_log_and_verifies_without_our_code(finished_run):
+    """state/README.md's rule, redone with `cryptography` alone: each write's first line signs where it ends."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    store, run_id = finished_run
+    trail = [json.loads(line) for line in lines_of(store, run_id)]
+    key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(trail[0]["data"]["signer"]["public_key"]))
+    assert trail[0]["data"]["heads"] == "in_log"
+    start = 0
+    while start < len(trail):
+        head = {"seq": start, "hash": trail[start]["hash"], **trail[start]["signed_head"]}  # a one-line write: its own
+        prev = [start - 1, trail[start - 1]["hash"]] if start else None
+        body = json.dumps([run_id, trail[0]["hash"], head["seq"], head["hash"], prev], separators=(",", ":"))
+        key.verify(bytes.fromhex(head["sig"]), body.encode())  # raises InvalidSignature when it does not verify
+        assert trail[head["seq"]]["hash"] == head["hash"]
+        assert not any("signed_head" in e for e in trail[start + 1:head["seq"] + 1])
+        start = head["seq"] + 1
 
 
 def test_snapshot_equals_replay(finished_run):

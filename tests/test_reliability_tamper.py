@@ -49,10 +49,18 @@ def forged(trail: list[dict[str, Any]], type_: str, data: dict[str, Any], *, act
 
 
 def reanchor(run_dir: Path) -> None:
-    """What only a holder of the signing key can do: sign the forged head."""
+    """What only a holder of the signing key can do: sign the forged head, in the log (as one write
+    from seq 0 to the end, the old heads dropped) and in the anchor."""
+    from orchestrator.trail import signing
+
     trail = events(run_dir.parent.parent, run_dir.name)
-    write_anchor(run_dir.name, trail[0]["hash"], Head(seq=trail[-1]["seq"], hash=trail[-1]["hash"]), None,
-                 trail[0]["data"]["signer"])
+    head = Head(seq=trail[-1]["seq"], hash=trail[-1]["hash"])
+    for event in trail:
+        event.pop("signed_head", None)
+    sig = signing.sign(signed_body(run_dir.name, trail[0]["hash"], head, None))
+    trail[0]["signed_head"] = {"hash": head.hash, "seq": head.seq, "sig": sig}
+    write_trail(run_dir, trail, rehash=False, snapshot=False)
+    write_anchor(run_dir.name, trail[0]["hash"], head, None, trail[0]["data"]["signer"])
 
 
 def another_key() -> Any:

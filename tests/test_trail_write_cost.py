@@ -1,9 +1,10 @@
 """One signed write: the bytes it writes are the documented ones, in the order crash safety needs.
 
 The writer formats each head record and each line from parts it keeps (``anchor._RecordFormat``,
-``chain.event_line``); these tests hold those bytes equal to ``head_record`` and to the canonical
-JSON of the event, check the syscalls of one write (anchor written and synced before any byte of
-the log), and kill a writer between the two to show the repair still works.
+``chain.event_line``, ``chain.with_signed_head``); these tests hold those bytes equal to
+``head_record`` and to the canonical JSON of the event, check the syscalls of one write (the
+anchor written before any byte of the log, one sync: the log's; a run made before in-log heads
+still syncs its anchor first), and kill a writer between the two to show the repair still works.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.trail import events as ev
 from orchestrator.trail.anchor import Head, _RecordFormat, anchor_path, head_record
-from orchestrator.trail.chain import canonical_json, chain_hash, event_line
+from orchestrator.trail.chain import canonical_json, chain_hash, event_line, line_hash, with_signed_head
+from orchestrator.trail.signed_log import member, member_dict
 from orchestrator.trail.signing import own_signer
 from orchestrator.trail.store import RunStore
 from tests.conftest import ROOT, cli
-from tests.reliability_kit import events
+from tests.reliability_kit import events, legacy_anchor_run
 
 STARTED = ev.RunStarted(workflow="toy", target="/t", options={}, base={}, initial_phase="ask")
 
@@ -37,27 +40,36 @@ def test_the_writer_makes_the_bytes_head_record_makes(run_id: str, prev: Head | 
         assert made == head_record(run_id, "9e" * 32, head, prev, who)
 
 
-@pytest.mark.parametrize("data", [
-    {"type": "x"}, {"phase": "nested", "hash": "not the member", ",\"phase\":": [1, {"hash": None}]},
-    {"text": "é ✓ \u2028 \n \"quoted\"", "n": 1.5e300, "big": 10**30, "empty": {}, "list": []},
+@pytest.mark.parametrize(("data", "members"), [
+    ({"type": "x"}, {}), ({"phase": "nested", "hash": "not the member", ",\"phase\":": [1, {"hash": None}]}, {}),
+    ({"text": "é ✓ \u2028 \n \"quoted\"", "n": 1.5e300, "big": 10**30, "empty": {}, "list": []}, {}),
+    ({"small": 2.5e-05}, {"phase": "a \"phase\"\\ é\n", "run_id": "r\u2028", "actor": "a\x01"}),
+    ([1, "data not an object"], {"schema_version": True}),  # not the writer's envelope: the slow path
+    ({}, {"extra": {"nested": 1}}),
 ])
-def test_event_line_is_the_canonical_line_and_its_hash(data: dict) -> None:
+def test_event_line_is_the_canonical_line_and_its_hash(data: Any, members: dict) -> None:
     event = {"schema_version": 1, "seq": 3, "ts": "2026-12-02T00:00:00+00:00", "run_id": "r", "type": "x",
-             "actor": "engine", "phase": None, "data": data, "prev_hash": "ab" * 32}
+             "actor": "engine", "phase": None, "data": data, "prev_hash": "ab" * 32, **members}
     digest, line = event_line("ab" * 32, event)
     assert digest == chain_hash("ab" * 32, event)
     assert line == canonical_json({**event, "hash": digest}) + b"\n"
+    for head in (Head(seq=3, hash=digest), Head(seq=7, hash="cd" * 32)):  # a write of this line alone, and longer
+        signed = member_dict(head, "ef" * 64, start=3)
+        signed_line = with_signed_head(line, member(head, "ef" * 64, start=3))
+        assert signed_line == canonical_json({**event, "hash": digest, "signed_head": signed}) + b"\n"
+        assert chain_hash("ab" * 32, {**event, "signed_head": signed}) == digest  # the member is not hashed
+        assert line_hash("ab" * 32, signed_line[:-1], signed=True) == line_hash("ab" * 32, line[:-1]) == digest
 
 
-def test_one_write_syncs_the_anchor_then_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = RunStore(tmp_path / "state")
-    store.create_run("r", STARTED)
+def syscalls_of_two_writes(store: RunStore, run_id: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The write/pwrite/fsync/fdatasync calls of two one-event writes, then of the writer's close."""
     calls: list[tuple[str, str]] = []
-    with store.open_run("r") as run:
-        anchor_fd = None
-
+    with store.open_run(run_id) as run:
         def name(fd: int) -> str:
-            return "anchor" if os.readlink(f"/proc/self/fd/{fd}") == str(anchor_path("r", run._genesis)) else "log"
+            path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            if path == anchor_path(run_id, run._genesis):
+                return "anchor"
+            return "log" if path.name == "events.jsonl" else "run.json"  # run.json: the temp file flush renames
 
         for call in ("write", "pwrite", "fsync", "fdatasync"):
             real = getattr(os, call)
@@ -65,11 +77,28 @@ def test_one_write_syncs_the_anchor_then_the_log(tmp_path: Path, monkeypatch: py
                 calls.append((_call, name(fd))), _real(fd, *a))[1])
         run.append(ev.NoteAdded(kind="devlog", text="one"))
         run.append(ev.NoteAdded(kind="devlog", text="two"))
-        monkeypatch.undo()
-        anchor_fd = run._anchor._fd
-    assert anchor_fd is not None
+        calls.append(("close", ""))
+        real_close = run._anchor.close
+        run._anchor.close = lambda: (real_close(), monkeypatch.undo())
+    return calls
+
+
+def test_one_write_costs_one_sync_the_head_written_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = RunStore(tmp_path / "state")
+    store.create_run("r", STARTED)
+    one_write = [("pwrite", "anchor"), ("write", "log"), ("fsync", "log")]
+    closing = [("close", ""), ("fsync", "run.json"), ("fdatasync", "anchor")]  # the anchor: once per writer
+    assert syscalls_of_two_writes(store, "r", monkeypatch) == one_write * 2 + closing
+
+
+def test_a_run_made_before_in_log_heads_still_syncs_its_anchor_first(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    store = RunStore(tmp_path / "state")
+    legacy_anchor_run(store, "r", STARTED)
     one_write = [("pwrite", "anchor"), ("fdatasync", "anchor"), ("write", "log"), ("fsync", "log")]
-    assert calls == one_write * 2
+    assert syscalls_of_two_writes(store, "r", monkeypatch) == one_write * 2 + [("close", ""), ("fsync", "run.json")]
+    assert all("signed_head" not in e for e in events(tmp_path / "state", "r"))
+    assert cli("audit", "r", state_dir=tmp_path / "state").returncode == 0
 
 
 CRASH_BETWEEN = """

@@ -2,14 +2,15 @@
 
 The hash chain proves the lines agree with each other, not that they are the lines the engine
 wrote: whoever can write ``events.jsonl`` can drop its tail, append a validly hashed event or
-re-hash the whole chain (and rewrite run.json to match). So before every write the engine
-records where the chain will stand afterwards in ``<anchor dir>/heads/<run_id>.<genesis>.json``:
+re-hash the whole chain (and rewrite run.json to match). So every write records where the chain
+will stand afterwards in ``<anchor dir>/heads/<run_id>.<genesis>.json``:
 ``{prev: [seq, hash], seq, hash, sig, key}``, an Ed25519 signature by the key named in the run's
 genesis event (``signing``). Runs made before that carry ``mac`` (legacy HMAC under
-``trail.key``). Written *before* the log, the anchor is either the log's head or one write
-ahead of it (a write that did not land: the store repairs that and records it). A head record
-is public: copy it with the trail, or hand it to a witness (``witness``). state/README.md has
-the threat model.
+``trail.key``). Written before the log's lines, the anchor is the log's head or one write ahead
+of it (a write that did not land: the store repairs that and records it); a run with in-log heads
+(``signed_log``) carries the same signature in the log too, and its anchor may also lag after a
+power loss (``writer``). A head record is public: copy it with the trail, or hand it to a
+witness (``witness``). state/README.md has the threat model.
 """
 
 from __future__ import annotations
@@ -77,22 +78,28 @@ def write_anchor(run_id: str, genesis: str, head: Head, prev: Head | None, signe
 class AnchorWriter:
     """Signs heads into one run's anchor file: made atomically once, then rewritten in place.
 
-    Each record is padded to ``RECORD_BYTES`` and written with one ``pwrite`` at offset 0 plus
-    ``fdatasync``: the file's size and blocks never change after the first record, so that sync
-    writes one block and no metadata (an appended heads file would commit the journal each write).
-    A torn record (power loss) fails its signature, which refuses the run rather than trusting it.
-    The key is loaded once per writer, and each record is the bytes ``head_record`` makes, formatted
-    from the parts that stay fixed for the run (``_RecordFormat``).
+    Each record is padded to ``RECORD_BYTES`` and written with one ``pwrite`` at offset 0: the
+    file's size and blocks never change after the first record, so a sync of it writes one block
+    and no metadata. ``write(..., sync=True)`` adds that ``fdatasync`` to every record (runs whose
+    heads live in the anchor alone); ``sync=False`` leaves it to ``close`` (runs with in-log heads,
+    ``writer``). A torn record (power loss) fails its signature, which refuses the run rather than
+    trusting it. The key is loaded once per writer, and each record is the bytes ``head_record``
+    makes, formatted from the parts that stay fixed for the run (``_RecordFormat``).
     """
 
     def __init__(self, run_id: str, genesis: str, signer: dict[str, Any] | None) -> None:
         self.run_id, self.genesis, self.signer = run_id, genesis, signer
         self.path = anchor_path(run_id, genesis)
         self._fd: int | None = None
+        self._unsynced = False
         self._format = _RecordFormat(run_id, genesis, signer)
 
-    def write(self, head: Head, prev: Head | None) -> None:
-        record = self._format.record(head, prev)
+    def sign(self, head: Head, prev: Head | None) -> str:
+        """The Ed25519 signature (hex) of a head, as its record and its in-log copy carry it."""
+        return self._format.sign(head, prev)
+
+    def write(self, head: Head, prev: Head | None, *, sig: str | None = None, sync: bool = True) -> None:
+        record = self._format.record(head, prev, sig)
         if self._fd is None:
             if not self.path.exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -100,12 +107,18 @@ class AnchorWriter:
                 return
             self._fd = os.open(self.path, os.O_WRONLY)
         os.pwrite(self._fd, record, 0)
-        os.fdatasync(self._fd)
+        if sync:
+            os.fdatasync(self._fd)
+        self._unsynced = not sync
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            try:
+                if self._unsynced:
+                    os.fdatasync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
 
 class _RecordFormat:
@@ -125,17 +138,24 @@ class _RecordFormat:
             self._sign = None
             self._mac_key = signing.legacy_key(create=True)
 
-    def record(self, head: Head, prev: Head | None) -> bytes:
+    def body(self, head: Head, prev: Head | None) -> bytes:
         pair = "null" if prev is None else f'[{prev.seq},"{prev.hash}"]'
-        body = f'{self._body}{head.seq},"{head.hash}",{pair}]'.encode()
-        start = f'{self._head}"seq": {head.seq}, "hash": "{head.hash}", "prev": {pair.replace(",", ", ")}'
-        if self._sign is not None:
-            record = f'{start}, "sig": "{self._sign(body).hex()}"{self._tail}'
-        else:
+        return f'{self._body}{head.seq},"{head.hash}",{pair}]'.encode()
+
+    def sign(self, head: Head, prev: Head | None) -> str:
+        if self._sign is None:
             import hashlib
             import hmac
 
-            record = f'{start}, "mac": "{hmac.new(self._mac_key, body, hashlib.sha256).hexdigest()}"}}'
+            return hmac.new(self._mac_key, self.body(head, prev), hashlib.sha256).hexdigest()
+        return self._sign(self.body(head, prev)).hex()
+
+    def record(self, head: Head, prev: Head | None, sig: str | None = None) -> bytes:
+        """The padded record; ``sig`` when the caller signed already (it must be ``sign(head, prev)``)."""
+        pair = "null" if prev is None else f'[{prev.seq}, "{prev.hash}"]'
+        start = f'{self._head}"seq": {head.seq}, "hash": "{head.hash}", "prev": {pair}'
+        sig = sig or self.sign(head, prev)
+        record = f'{start}, "sig": "{sig}"{self._tail}' if self._sign is not None else f'{start}, "mac": "{sig}"}}'
         return record.encode().ljust(RECORD_BYTES)
 
 

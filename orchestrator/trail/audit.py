@@ -23,7 +23,9 @@ from orchestrator.trail.trail_io import ARTIFACTS, SNAPSHOT
 class Audit:
     findings: list[Finding]
     signed_by: str | None
-    """Whose key signed the head (None when the anchor was not checked or did not verify)."""
+    """Whose key signed the head (None when no signed head was checked or one did not verify)."""
+    notes: list[str]
+    """What is wrong with nothing but worth saying (an anchor that lags the log's signed head)."""
 
 
 def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: bool = True,
@@ -45,9 +47,9 @@ def audit_trail(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: b
     # again and again (about half the time of a 100,000-event audit) and finds no cycles.
     gc.disable()
     try:
-        report = inspect_trail(run_dir, anchor=anchor, witnesses=witnesses)
+        report = inspect_trail(run_dir, anchor=anchor, every_signature=True, witnesses=witnesses)
         return Audit(findings=_audit(report, run_dir, rules=rules or {}, schema=schema, workflow=workflow),
-                     signed_by=report.signed_by)
+                     signed_by=report.signed_by, notes=report.notes)
     finally:
         gc.enable()
 

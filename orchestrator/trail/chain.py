@@ -1,18 +1,25 @@
 """The hash chain's two rules, standard library only (readers must not need pydantic).
 
 ``canonical_json``: sorted keys, ``(",", ":")`` separators, UTF-8, NaN refused.
-``hash = sha256(prev_hash + canonical_json(event without "hash"))`` as hex.
+``hash = sha256(prev_hash + canonical_json(event without "hash" and "signed_head"))`` as hex.
+``signed_head`` (the first line of each write of a run made with in-log heads, ``signed_log``)
+is the signature over hashes, so it cannot be hashed itself; lines without it hash as always.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring
 from typing import Any
 
 SCHEMA_VERSION = 1
 GENESIS_HASH = "0" * 64
+SIGNED_HEAD = "signed_head"
 _HASH_MEMBER = b',"hash":"'
+_SIGNED_MEMBER = b',"signed_head":{'
+_TS_MEMBER = b',"ts":"'
+_ENVELOPE = frozenset({"actor", "data", "phase", "prev_hash", "run_id", "schema_version", "seq", "ts", "type"})
 _HASH_MEMBER_LEN = len(_HASH_MEMBER) + 64 + 1
 
 
@@ -25,36 +32,73 @@ def canonical_json(obj: Any) -> bytes:
 
 
 def chain_hash(prev_hash: str, event_without_hash: dict[str, Any]) -> str:
+    if SIGNED_HEAD in event_without_hash:
+        event_without_hash = {k: v for k, v in event_without_hash.items() if k != SIGNED_HEAD}
     return hashlib.sha256(prev_hash.encode("ascii") + canonical_json(event_without_hash)).hexdigest()
 
 
 def event_line(prev_hash: str, event_without_hash: dict[str, Any]) -> tuple[str, bytes]:
     """The event's chain hash and its line as written (canonical JSON with ``"hash"``, then a newline).
 
-    One serialization serves both: the members whose keys sort before ``"hash"`` and those after
-    it are dumped apart, so the hashed bytes and the line differ only by the ``"hash"`` member
-    put between them (byte for byte what ``canonical_json`` of the whole event gives).
+    For an envelope as the writer makes it, one serialization serves both: it is formatted around
+    one encode of its ``data`` (``_envelope_parts``), and the hashed bytes and the line differ only
+    by the ``"hash"`` member (byte for byte what ``canonical_json`` of the whole event gives).
     """
-    before = canonical_json({k: v for k, v in event_without_hash.items() if k < "hash"})[1:-1]
-    after = canonical_json({k: v for k, v in event_without_hash.items() if k > "hash"})[1:-1]
-    digest = hashlib.sha256(prev_hash.encode("ascii") + b"{" + b",".join(filter(None, (before, after))) + b"}"
-                            ).hexdigest()
-    member = b'"hash":"' + digest.encode("ascii") + b'"'
-    return digest, b"{" + b",".join(filter(None, (before, member, after))) + b"}\n"
+    parts = _envelope_parts(event_without_hash)
+    if parts is None:
+        digest = chain_hash(prev_hash, event_without_hash)
+        return digest, canonical_json({**event_without_hash, "hash": digest}) + b"\n"
+    before, after = parts
+    digest = hashlib.sha256(prev_hash.encode("ascii") + before + after).hexdigest()
+    return digest, before + b',"hash":"' + digest.encode("ascii") + b'"' + after + b"\n"
 
 
-def line_hash(prev_hash: str, line: bytes) -> str | None:
+def _envelope_parts(event: dict[str, Any]) -> tuple[bytes, bytes] | None:
+    """The canonical bytes before and after where ``"hash"`` goes, for an envelope of exactly the
+    writer's keys with int seqs and string members; None for anything else."""
+    if event.keys() != _ENVELOPE or type(event["seq"]) is not int or type(event["schema_version"]) is not int:
+        return None
+    text = encode_basestring
+    try:
+        phase = "null" if event["phase"] is None else text(event["phase"])
+        before = f'{{"actor":{text(event["actor"])},"data":'.encode() + canonical_json(event["data"])
+        after = (f',"phase":{phase},"prev_hash":{text(event["prev_hash"])},"run_id":{text(event["run_id"])},'
+                 f'"schema_version":{event["schema_version"]},"seq":{event["seq"]},"ts":{text(event["ts"])},'
+                 f'"type":{text(event["type"])}}}').encode()
+    except TypeError:  # a member that is not a string where the envelope has one
+        return None
+    return before, after
+
+
+def with_signed_head(line: bytes, member: bytes) -> bytes:
+    """``line`` (as ``event_line`` made it) with the top-level ``"signed_head":<member>`` in its canonical place.
+
+    It sorts between ``"seq"`` and ``"ts"``, and only ``"ts"`` and ``"type"`` (our own strings)
+    follow it, so the last ``,"ts":"`` of the line is the top-level one.
+    """
+    cut = line.rindex(_TS_MEMBER)
+    return line[:cut] + b',"signed_head":' + member + line[cut:]
+
+
+def line_hash(prev_hash: str, line: bytes, *, signed: bool = False) -> str | None:
     """The chain hash of a line as written, without re-serializing it.
 
     The engine writes each line as the canonical JSON of the whole event, and ``"hash"``
-    sorts right after ``"data"``, so cutting the top-level ``,"hash":"<64 hex>"`` member out
-    of the line gives the canonical bytes of the event without its hash. Returns None when
-    the line does not have that shape (the caller then re-serializes).
+    sorts right after ``"data"``, so cutting the top-level ``,"hash":"<64 hex>"`` member (and,
+    when ``signed``, the last ``,"signed_head":{...}``, which holds no braces) out of the line gives
+    the canonical bytes the hash covers. Returns None when the line does not have that shape
+    (the caller then re-serializes).
     """
     cut = line.rfind(_HASH_MEMBER)
     if cut < 0:
         return None
     body = line[:cut] + line[cut + _HASH_MEMBER_LEN:]
+    if signed:
+        start = body.rfind(_SIGNED_MEMBER)
+        end = body.find(b"}", start + len(_SIGNED_MEMBER))
+        if start < 0 or end < 0:
+            return None
+        body = body[:start] + body[end + 1:]
     return hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
 
 
@@ -67,7 +111,7 @@ def verified_prefix(events: list[dict[str, Any]], lines: list[bytes], *, run_id:
     for index, (event, line) in enumerate(zip(events, lines)):
         try:
             intact = (event["seq"] == index and event["prev_hash"] == prev and event["run_id"] == run_id
-                      and line_hash(prev, line) == event["hash"])
+                      and line_hash(prev, line, signed=SIGNED_HEAD in event) == event["hash"])
         except (KeyError, TypeError):
             intact = False
         if not intact:

@@ -1,9 +1,10 @@
 """Event models: the trail's vocabulary, one discriminated union on ``type``.
 
 Every line of ``events.jsonl`` is an envelope (seq, ts, run_id, type, actor, phase, data,
-prev_hash, hash, schema_version) whose ``data`` is typed by ``type``. Names are past tense:
-an event states what happened, never what should. The hash chain is
-``hash = sha256(prev_hash + canonical_json(event without "hash"))``.
+prev_hash, hash, schema_version; signed_head on a write's first line) whose ``data`` is typed
+by ``type``. Names are past tense: an event states what happened, never what should. The hash
+chain is
+``hash = sha256(prev_hash + canonical_json(event without "hash" and "signed_head"))``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class RunStarted(_Data):
     """The phase the machine starts in."""
     signer: dict[str, Any] | None = None
     """The public key that signs this run's heads: {algorithm, public_key (hex), holder}; None in legacy runs."""
+    heads: Literal["in_log"] | None = None
+    """"in_log": each write's first line carries its signed head (``signed_head``); None: runs made before,
+    whose heads live in the anchor file alone."""
 
 
 class PhaseStarted(_Data):
@@ -237,6 +241,17 @@ EventData = Annotated[
 ]
 
 
+class SignedHead(BaseModel):
+    """Where the write this line starts ends, and the Ed25519 signature of that head (state/README.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq: int | None = None
+    """The seq of the write's last line; left out (with ``hash``) when the write is this line alone."""
+    hash: str | None = None
+    sig: str
+
+
 class Event(BaseModel):
     """One line of events.jsonl."""
 
@@ -257,6 +272,8 @@ class Event(BaseModel):
     prev_hash: str
     """Hash of the previous event; 64 zeros for the first."""
     hash: str
+    signed_head: SignedHead | None = None
+    """On the first line of each write of a run with in-log heads; left out of the chain hash."""
 
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

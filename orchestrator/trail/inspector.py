@@ -1,10 +1,11 @@
 """Read a trail once and say what is wrong with it: the one check behind ``open_run`` and ``audit``.
 
 ``inspect_trail`` parses events.jsonl (complete lines; a torn tail is reported), walks the hash
-chain, verifies the signed head outside the state dir against the public key the run recorded at
-genesis, and decides what a writer may repair: a write the anchor announced that did not fully land
-(killed mid-write) is cut back to the previous head. Everything else is a finding that refuses the
-run. ``store.open_run`` acts on the report; ``audit`` prints it and adds its slower checks.
+chain, verifies the signed heads (in the log, ``signed_log``, and outside the state dir, ``anchor``)
+against the public key the run recorded at genesis, and decides what a writer may repair: a write
+announced (in the log or by the anchor) that did not fully land (killed mid-write) is cut back to
+the previous head. Everything else is a finding that refuses the run. ``store.open_run`` acts on
+the report; ``audit`` prints it and adds its slower checks.
 """
 
 from __future__ import annotations
@@ -14,21 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.trail import signing
+from orchestrator.trail import signed_log, signing
 from orchestrator.trail.anchor import Anchor, AnchorError, Head, read_anchor, verify_record
 from orchestrator.trail.chain import GENESIS_HASH, chain_hash, verified_prefix
+from orchestrator.trail.findings import Finding
 from orchestrator.trail.trail_io import EVENTS, parse_events, split_lines
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Finding:
-    seq: int | None
-    """The event at fault (None for run-level findings such as a stale run.json)."""
-    check: str
-    """chain, schema, anchor, witness, meaning, snapshot, artifact, or rule:<name>."""
-    message: str
-    repairable: bool = False
-    """A write that did not land: the next writer cuts it off and records trail_repaired."""
+__all__ = ["Finding", "TrailReport", "decide", "inspect_trail"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -43,22 +36,50 @@ class TrailReport:
     signer: dict[str, Any] | None = None
     """The public key the run recorded at genesis (None: a legacy HMAC run)."""
     signed_by: str | None = None
-    anchored: Head | None = None
-    """The head the anchor names (a writer's repair records the seqs up to it as lost)."""
+    announced: Head | None = None
+    """The head of a write that did not land (a writer's repair records the seqs up to it as lost)."""
+    in_log: bool = False
+    """The run's writes carry their signed heads in the log (``signed_log``)."""
+    notes: list[str] = field(default_factory=list)
+    """What is worth saying but wrong with nothing (an anchor that lags the log's signed head)."""
 
     @property
     def blocking(self) -> list[Finding]:
         return [f for f in self.findings if not f.repairable]
 
 
-def inspect_trail(run_dir: Path, *, anchor: bool = True,
+def inspect_trail(run_dir: Path, *, anchor: bool = True, every_signature: bool = False,
                   witnesses: tuple[tuple[str, bytes | None], ...] = ()) -> TrailReport:
-    """``witnesses``: (where, the witnessed head record) pairs, as ``witness.read_witness`` reads them."""
+    """``witnesses``: (where, the witnessed head record) pairs, as ``witness.read_witness`` reads them.
+
+    In-log heads: a writer checks the signatures the verified anchor does not already vouch for
+    through the chain (``signed_log.to_verify``); ``every_signature`` (audit) checks them all.
+    """
     report = TrailReport(run_id=run_dir.name)
-    path = run_dir / EVENTS
+    _parse(report, run_dir / EVENTS)
+    if report.blocking:
+        return report
+    report.findings += check_chain(report.events, run_id=report.run_id, lines=report.lines)
+    report.keep = len(report.events)
+    report.signer = genesis_signer(report.events[0])
+    report.in_log = signed_log.heads_in_log(report.events[0])
+    if report.blocking:
+        return report
+    if report.in_log:
+        _check_log_heads(report, anchor=anchor, every=every_signature)
+    elif (stray := signed_log.stray_head(report.events)) is not None:
+        report.findings.append(stray)
+    elif anchor:
+        _check_anchor(report)
+    if anchor:
+        report.findings += [f for w in witnesses if (f := _witness_finding(report, w)) is not None]
+    return report
+
+
+def _parse(report: TrailReport, path: Path) -> None:
     if not path.is_file():
         report.findings.append(Finding(seq=None, check="chain", message=f"{path.name} is missing"))
-        return report
+        return
     report.lines, report.torn = split_lines(path.read_bytes())
     if report.torn:
         report.findings.append(Finding(seq=len(report.lines), check="chain", repairable=True,
@@ -68,15 +89,6 @@ def inspect_trail(run_dir: Path, *, anchor: bool = True,
     if not problems and not report.events:
         torn = " (its one line is truncated)" if report.torn else ""
         report.findings.append(Finding(seq=None, check="chain", message=f"the trail has no complete event{torn}"))
-    if report.blocking:
-        return report
-    report.findings += check_chain(report.events, run_id=report.run_id, lines=report.lines)
-    report.keep = len(report.events)
-    report.signer = genesis_signer(report.events[0])
-    if anchor and not report.blocking:
-        _check_anchor(report, run_dir)
-        report.findings += [f for w in witnesses if (f := _witness_finding(report, w)) is not None]
-    return report
 
 
 def genesis_signer(first: dict[str, Any]) -> dict[str, Any] | None:
@@ -85,22 +97,60 @@ def genesis_signer(first: dict[str, Any]) -> dict[str, Any] | None:
     return signer if isinstance(signer, dict) and isinstance(signer.get("public_key"), str) else None
 
 
-def _check_anchor(report: TrailReport, run_dir: Path) -> None:
+def _read_signed_anchor(report: TrailReport) -> Anchor | None:
+    """The verified anchor, or None with the finding that says why not."""
     own = signing.own_signer(create=False)
     if report.signer is not None and own is not None and own["public_key"] != report.signer["public_key"]:
         report.findings.append(Finding(seq=0, check="anchor", message=(
             f"the run's genesis names {signing.describe(report.signer)}, but this anchor dir signs with "
             f"{signing.describe(own)}: a swapped public key or a key change mid-run")))
-        return
+        return None
     try:
-        signed = read_anchor(report.run_id, report.events[0]["hash"], report.signer)
+        return read_anchor(report.run_id, report.events[0]["hash"], report.signer)
     except AnchorError as exc:
         report.findings.append(Finding(seq=None, check="anchor", message=str(exc)))
+        return None
+
+
+def _check_anchor(report: TrailReport) -> None:
+    """A run whose heads live in the anchor alone (made before in-log heads)."""
+    signed = _read_signed_anchor(report)
+    if signed is None:
         return
-    report.signed_by, report.anchored = signed.signed_by, signed.head
+    report.signed_by, report.announced = signed.signed_by, signed.head
     report.keep, finding = decide(report.events, report.torn, signed)
     if finding is not None:
         report.findings.append(finding)
+
+
+def _check_log_heads(report: TrailReport, *, anchor: bool, every: bool) -> None:
+    """A run with in-log heads: the log's own signatures, then the anchor (``signed_log.decide``)."""
+    heads = signed_log.read_heads(report.events)
+    problem = heads.finding or _unsigned_run(report, heads)
+    if problem is not None:
+        report.findings.append(problem)
+        return
+    signed = _read_signed_anchor(report) if anchor else None
+    for write in signed_log.to_verify(heads, signed.head if signed else None, every=every):
+        if (bad := signed_log.bad_signature(write, report.events, report.run_id, report.signer)) is not None:
+            report.findings.append(bad)
+            return
+    report.signed_by = signing.describe(report.signer)
+    if anchor and signed is None:
+        return
+    decision = signed_log.decide(heads, report.torn, signed)
+    report.keep, report.announced = decision.keep, decision.announced
+    report.findings += [decision.finding] if decision.finding is not None else []
+    report.notes += [decision.note] if decision.note is not None else []
+
+
+def _unsigned_run(report: TrailReport, heads: signed_log.LogHeads) -> Finding | None:
+    if report.signer is None:
+        return Finding(seq=0, check="signature", message="the run's genesis says its heads are in the log but "
+                                                         "names no key to check them")
+    if heads.complete is None:
+        return Finding(seq=0, check="signature", message="the run's first write is not complete")
+    return None
 
 
 def decide(events: list[dict[str, Any]], torn: bytes, anchor: Anchor) -> tuple[int, Finding | None]:

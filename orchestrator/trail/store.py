@@ -3,11 +3,12 @@
 Layout: ``<state>/runs/<run_id>/{events.jsonl, run.json, artifacts/, .lock}``.
 Writers hold the run's file lock (``RunStore.open_run``), which verifies the log first
 (``trail.verify`` on ``trail.inspector``'s report) and hands out a ``writer.OpenRun``: it signs
-the new head outside the state dir (``trail.anchor``), then appends and syncs the lines before
-the engine acts on them. Readers (``read_state``, ``read_events``) never take the lock and never
-verify; they import only this module, ``trail_io`` and (for a run.json behind the log) the
-snapshot fold: no signing, no hashing, so ``status`` starts fast. A reader that finds run.json
-behind the log replays the log, so a crash between the two loses nothing.
+the new head (outside the state dir, ``trail.anchor``, and on the write's first line,
+``trail.signed_log``), then appends and syncs the lines before the engine acts on them.
+Readers (``read_state``, ``read_events``) never take the lock and never verify; they import
+only this module, ``trail_io`` and (for a run.json behind the log) the snapshot fold: no
+signing, no hashing, so ``status`` starts fast. A reader that finds run.json behind the log
+replays the log, so a crash between the two loses nothing.
 """
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ class RunStore:
             (tmp / ARTIFACTS).mkdir()
             (tmp / EVENTS).touch()
             signer = own_signer(create=True)
-            run = OpenRun(tmp, empty_state(run_id), signer=signer)
+            run = OpenRun(tmp, empty_state(run_id), signer=signer, in_log=True)
             run.run_id = run_id
-            run.append(started.model_copy(update={"signer": signer}))
+            run.append(started.model_copy(update={"signer": signer, "heads": "in_log"}))
             run.close()
             os.replace(tmp, self.runs_dir / run_id)
         except BaseException:

@@ -30,6 +30,7 @@ class Verified:
     genesis: str
     signer: dict[str, Any] | None
     repair: ev.TrailRepaired | None
+    in_log: bool
 
 
 def verify_for_writing(run_dir: Path) -> Verified:
@@ -47,13 +48,13 @@ def verify_for_writing(run_dir: Path) -> Verified:
                                    "another key, and a key change mid-run is refused")
     events, repair = report.events, None
     if report.keep < len(events) or report.torn:
-        announced = report.anchored.seq if report.anchored is not None else len(events) - 1
+        announced = report.announced.seq if report.announced is not None else len(events) - 1
         repair = ev.TrailRepaired(lost_seqs=list(range(report.keep, announced + 1)),
                                   dropped_lines=len(events) - report.keep, torn_bytes=len(report.torn))
         _truncate(run_dir / EVENTS, sum(len(line) + 1 for line in report.lines[:report.keep]))
         events = events[:report.keep]
     state = _fold_checking_snapshot(events, run_dir, run_id)
-    return Verified(state=state, genesis=events[0]["hash"], signer=report.signer, repair=repair)
+    return Verified(state=state, genesis=events[0]["hash"], signer=report.signer, repair=repair, in_log=report.in_log)
 
 
 def _fold_checking_snapshot(events: list[dict[str, Any]], run_dir: Path, run_id: str) -> dict[str, Any]:

@@ -1,19 +1,38 @@
 """A run opened for writing: the only code that appends to events.jsonl and rewrites run.json.
 
 ``RunStore.open_run`` makes an ``OpenRun`` under the run's file lock, after ``trail.verify`` has
-checked the log. Every write is one group commit, in this order (``OpenRun._commit``):
+checked the log. Every write is one group commit that costs one sync (``OpenRun._commit``):
 
-1. the signed head for where the log will stand (``trail.anchor``): one ``pwrite`` in place and
-   one ``fdatasync``, durable before any byte of the new lines can reach the disk;
-2. the new lines, in one ``write`` and one ``fsync`` of the log.
+1. the head for where the log will stand is signed once; the signature goes on the write's first
+   line (``signed_head``, ``trail.signed_log``; the first, not the last, so that a write cut
+   short still shows its announcement) and into the anchor record (``trail.anchor``), which is
+   ``pwrite``-n in place and not synced (the writer syncs it once, on close);
+2. the lines, in one ``write`` and one ``fsync`` of the log.
 
-So after a crash the anchor names the log's last event, or one write further (its ``prev`` is where
-the log stood before that write): the inspector's ``decide`` marks it repairable, the next writer cuts
-off whatever part of it landed and records ``trail_repaired`` (when none of its lines landed there is
-nothing to cut, and the next write's head takes the place of the one announced). The reverse order
-would leave a log ahead of its anchor, which looks exactly like events appended by someone without
-the key, and is refused. run.json is rewritten atomically (temp file, fsync, rename) when a writer
-flushes or closes; a reader that finds it behind the log replays the log.
+What a crash leaves. kill -9 keeps the page cache, so every finished syscall counts as written:
+the anchor names the log's last head, or one write further (killed between 1 and 2, or inside the
+``write``); the inspector's ``decide`` marks that repairable, the next writer cuts off whatever
+part of it landed and records ``trail_repaired`` (when none of its lines landed there is nothing
+to cut, and the next write's head takes the place of the one announced). The anchor never lags
+after a kill. A power loss promises only what was fsynced: the log up to its last completed
+write. The anchor's page may have gone out or not, so it is level, one write ahead (the same
+repair), or behind: at an earlier signed head of the log, or at a write after one that never
+landed (a kill) and that the log replaced. The log verifies from its own
+signatures, so a lagging anchor is no finding (``audit`` notes it; the next write brings it
+level), and a write whose first line landed but not all the rest is announced in the log itself
+and repaired alike. Lines after the last signed head that no signed head announces are what
+someone without the key appends, and are refused.
+
+What the one sync gives up: the anchor catches a log cut back behind its own head, so after a
+power loss the writes since its last write-back (at most those of the command that was running,
+since close syncs it) rest on the log's signatures alone, and cutting them off again is caught only
+by a witness. A power loss can also leave what is refused although no one tampered: a torn first
+line while the anchor's page did not go out, or a torn anchor record. The other order (the lines,
+then the anchor) would leave the same torn line after a mere kill -9. The order runs made before
+in-log heads keep (the anchor first, with an ``fdatasync`` of its own, then the lines) costs two
+syncs a write; those runs still write that way, since their anchor alone vouches for their heads.
+run.json is rewritten atomically (temp file, fsync, rename) when a writer flushes or closes; a
+reader that finds it behind the log replays the log.
 """
 
 from __future__ import annotations
@@ -26,8 +45,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
 from orchestrator.errors import UsageError
+from orchestrator.trail import signed_log
 from orchestrator.trail.anchor import AnchorWriter, Head
-from orchestrator.trail.chain import SCHEMA_VERSION, event_line
+from orchestrator.trail.chain import SCHEMA_VERSION, SIGNED_HEAD, event_line, with_signed_head
 from orchestrator.trail.snapshot import apply_event
 from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, parse_trail
 
@@ -47,17 +67,18 @@ def check_artifact_name(name: str) -> str:
 class OpenRun:
     """A run opened for writing. Only ``RunStore.open_run`` (and ``create_run``) make one (lock held).
 
-    Every write is one group commit: the anchor first, then the lines in one ``write`` and one
-    ``fsync`` (module docstring). SIGINT/SIGTERM are held off while a write is in progress,
-    so the in-memory state and the log never part.
+    Every write is one group commit: its signed head (on its first line and in the anchor), then
+    the lines in one ``write`` and one ``fsync`` (module docstring). SIGINT/SIGTERM are held off
+    while a write is in progress, so the in-memory state and the log never part. ``in_log``:
+    the run's heads are in the log (runs made before write the anchor first, synced).
     """
 
     def __init__(self, run_dir: Path, state: dict[str, Any], *, genesis: str | None = None,
-                 signer: dict[str, Any] | None = None) -> None:
+                 signer: dict[str, Any] | None = None, in_log: bool = False) -> None:
         self.dir = run_dir
         self.run_id = run_dir.name
         self.state = state
-        self._genesis, self._signer = genesis, signer
+        self._genesis, self._signer, self._in_log = genesis, signer, in_log
         self._durable = Head(seq=state["last_seq"], hash=state["chain_head"]) if state["last_seq"] >= 0 else None
         self._batch: tuple[list[dict[str, Any]], list[bytes]] | None = None
         self._anchor: AnchorWriter | None = None
@@ -125,12 +146,19 @@ class OpenRun:
         return events, lines
 
     def _commit(self, events: list[dict[str, Any]], lines: list[bytes]) -> None:
-        """Anchor, then log (the order the module docstring explains); each durable before the next."""
+        """The signed head, then the log (the order the module docstring explains)."""
         head = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
         genesis = self._genesis or events[0]["hash"]
         if self._anchor is None:
             self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
-        self._anchor.write(head, self._durable)
+        if self._in_log:
+            sig = self._anchor.sign(head, self._durable)
+            start = events[0]["seq"]
+            events[0][SIGNED_HEAD] = signed_log.member_dict(head, sig, start=start)
+            lines[0] = with_signed_head(lines[0], signed_log.member(head, sig, start=start))
+            self._anchor.write(head, self._durable, sig=sig, sync=False)
+        else:
+            self._anchor.write(head, self._durable)
         blob = memoryview(b"".join(lines))
         while blob:
             blob = blob[os.write(self._fd, blob):]
@@ -170,14 +198,20 @@ class OpenRun:
                 self._anchor.close()
 
 
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Delay SIGINT/SIGTERM (their Python handlers run after the block, never inside it)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+class signals_held:  # noqa: N801 (used as ``with signals_held():``, like the context manager it was)
+    """Delay SIGINT/SIGTERM (their Python handlers run after the block, never inside it).
+
+    A class rather than ``contextlib.contextmanager``: it runs around every write, and a generator's
+    setup costs more than the two ``pthread_sigmask`` calls it wraps.
+    """
+
+    __slots__ = ("_old",)
+
+    def __enter__(self) -> None:
+        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+
+    def __exit__(self, *exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -185,7 +219,7 @@ _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 def open_verified(run_dir: Path, verified: Any) -> OpenRun:
     """The writer for a run ``trail.verify`` has checked; an unfinished write it found is repaired and recorded."""
-    run = OpenRun(run_dir, verified.state, genesis=verified.genesis, signer=verified.signer)
+    run = OpenRun(run_dir, verified.state, genesis=verified.genesis, signer=verified.signer, in_log=verified.in_log)
     if verified.repair is not None:
         run.append(verified.repair)
         run.flush()
