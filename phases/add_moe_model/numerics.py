@@ -212,8 +212,8 @@ def _summary_line(r: Any) -> str:
     if r.kl is None:
         return f"{r.status} {r.model_type} ({r.dtype}): {r.error or 'no metrics'}"
     firm = r.firmness or {}
-    reach = "".join(f" reaching {tier}" for tier in reaches(r.status, firm)[:1])
-    reach += "".join(f" and {tier}" for tier in reaches(r.status, firm)[1:])
+    other_tiers = reaches(r.status, firm)
+    reach = f" reaching {' and '.join(other_tiers)}" if other_tiers else ""
     other = (f", {firm['other_kernel']} experts {firm['kl_other_kernel']:.2e}"
              if firm.get("kl_other_kernel") is not None else "")
     tokens = split_text(firm) + flip_text(firm)
