@@ -23,7 +23,7 @@ from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_te
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text",
-          "llama4_text", "granitemoe", "type:jetmoe"]
+          "llama4_text", "granitemoe", "type:jetmoe", "type:nemotron_h"]
 pytestmark = pytest.mark.slow
 
 
@@ -138,6 +138,17 @@ def test_findings_say_what_the_target_did(reports: dict[str, CompatReport]) -> N
     assert {"experts_outside_experts_module", "moe_probe_failed"} <= codes(jet)
     attention = next(i for i in jet.issues if i.code == "attention_projection_unhandled")
     assert "self_attention (JetMoeAttention)" in attention.message and "attention-free" not in attention.message
+
+
+def test_attention_is_described_per_layer_for_hybrids(reports: dict[str, CompatReport]) -> None:
+    """A hybrid's sequence mixers (Mamba, attention) are named per built layer, never 'none' for the model."""
+    hybrid = reports["type:nemotron_h"]
+    assert hybrid.attention == "hybrid", hybrid.attention_layers
+    assert "layer 0: linear at mixer (NemotronHMamba2Mixer)" in hybrid.attention_layers
+    assert "layer 2: gqa at mixer (NemotronHAttention)" in hybrid.attention_layers
+    assert any("no attention or other sequence mixer" in line for line in hybrid.attention_layers)
+    assert "attention:            hybrid (layer 0: linear at mixer" in render_compat_text(hybrid)
+    assert reports["deepseek_v3"].attention == "mla" and reports["type:jetmoe"].attention == "custom"
 
 
 def test_text_report_renders_every_field(reports: dict[str, CompatReport]) -> None:

@@ -59,7 +59,8 @@ class CompatReport(BaseModel):
     score_func: str | None
     route_norm: bool | None
     shared_experts: Literal["none", "additive", "sigmoid-gated", "layer-level"] | None
-    attention: Literal["gqa", "mla", "mla+dsa", "custom", "none"]
+    attention: Literal["gqa", "mla", "mla+dsa", "linear", "custom", "hybrid", "none"]
+    attention_layers: list[str] = []
     moe_layers: list[int]
     dense_layers: list[int]
     moe_mechanism: str

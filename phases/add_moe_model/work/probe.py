@@ -311,6 +311,7 @@ def _assemble(
     n = int(config.num_hidden_layers)
     first = predicted[0] if predicted else None
     row = moe.get("row")
+    attention, attention_layers = sharding_checks.attention_layout([(r["index"], r["layer"]) for r in scan])
     return CompatReport(
         model_id=source.model_id,
         model_type=config.model_type,
@@ -325,8 +326,8 @@ def _assemble(
         score_func=params.get("score_func"),
         route_norm=params.get("route_norm"),
         shared_experts=_shared_kind(moe.get("params"), layer_level=bool(moe.get("layer_level"))),
-        attention=sharding_checks.resolve_attention_kind(
-            getattr(scan[0]["layer"], "self_attn", None) if scan else None),
+        attention=attention,
+        attention_layers=attention_layers,
         moe_layers=predicted,
         dense_layers=[i for i in range(n) if i not in set(predicted)],
         moe_mechanism=resolve_moe_mechanism(config),

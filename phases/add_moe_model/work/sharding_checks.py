@@ -19,16 +19,52 @@ _LAYER_LEVEL_DROPPED = ("router", "experts", "mlp", "pre_feedforward_layernorm_2
                         "post_feedforward_layernorm_2")
 
 
+# Class-name marks of sequence mixers that are not softmax attention (Mamba, gated delta nets, ...).
+_LINEAR_MIXER_MARKS = ("mamba", "deltanet", "linearattention", "linear_attn", "ssm", "lightning", "rwkv")
+
+
 def resolve_attention_kind(attn: Any) -> str:
-    """gqa | mla | mla+dsa | custom | none (a layer without self_attn), from the attention's projections."""
+    """gqa | mla | mla+dsa | linear | custom | none, from one sequence mixer's projections or class."""
     if attn is None:
         return "none"
+    if any(mark in type(attn).__name__.lower() for mark in _LINEAR_MIXER_MARKS):
+        return "linear"
     present = {n for n, m in attn.named_children() if m is not None}
     if present & {"kv_a_proj_with_mqa", "q_a_proj"}:
         return "mla+dsa" if "indexer" in present else "mla"
     if {"q_proj", "k_proj", "v_proj"} <= present:
         return "gqa"
     return "custom"
+
+
+def sequence_mixer(layer: Any) -> tuple[str, Any] | None:
+    """(attribute, module) of a decoder layer's attention or other sequence mixer; None when it has none."""
+    attn = getattr(layer, "self_attn", None)
+    if attn is not None:
+        return "self_attn", attn
+    for name, child in layer.named_children():
+        lowered, kind = name.lower(), type(child).__name__.lower()
+        if "norm" in lowered or child is None:
+            continue
+        mixes = "attention" in kind or any(mark in kind for mark in _LINEAR_MIXER_MARKS)
+        if "attn" in lowered or "attention" in lowered or (name == "mixer" and mixes):
+            return name, child
+    return None
+
+
+def attention_layout(layers: list[tuple[int, Any]]) -> tuple[str, list[str]]:
+    """The report's attention kind over the built layers ("hybrid" when they differ) and one line per layer."""
+    kinds, lines = [], []
+    for index, layer in layers:
+        found = sequence_mixer(layer)
+        kind = resolve_attention_kind(found[1] if found else None)
+        kinds.append(kind)
+        lines.append(f"layer {index}: {kind} at {found[0]} ({type(found[1]).__name__})" if found
+                     else f"layer {index}: no attention or other sequence mixer")
+    distinct = sorted(set(kinds) - {"none"})
+    if not distinct:
+        return "none", lines
+    return (distinct[0] if len(distinct) == 1 else "hybrid"), lines
 
 
 def check_layer_sharding(sharding: Any, layer: Any, *, index: int, moe_attr: str | None) -> list[CompatIssue]:
@@ -74,11 +110,10 @@ def check_dsa_under_tp(attn: Any) -> list[str]:
 
 def none_children_hint(attn: Any, layer: Any) -> str:
     if attn is None:
-        elsewhere = [f"{name} ({type(child).__name__})" for name, child in layer.named_children()
-                     if ("attn" in name.lower() or "attention" in name.lower()) and "norm" not in name.lower()]
-        if elsewhere:
-            return (f" (the layer's attention is at {', '.join(elsewhere)}, not self_attn, which the target's "
-                    "sharding reads)")
+        found = sequence_mixer(layer)
+        if found:
+            return (f" (the layer's attention is at {found[0]} ({type(found[1]).__name__}), not self_attn, which "
+                    "the target's sharding reads)")
         return " (the layer has no self_attn: attention-free layers, e.g. Mamba or linear attention)"
     # NOTE: HF registers absent projections as None children, and hasattr() is True for them.
     nones = sorted(n for n, m in {**vars(attn), **attn._modules}.items()
