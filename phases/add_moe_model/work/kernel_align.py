@@ -107,18 +107,47 @@ def explain_alignment(*, weights_exact: bool, kernel_gap: float | None) -> str:
             f"{kernel_gap:.2e} on identical routing: a verified kernel difference")
 
 
-def titan_expert_weights(titan: Any) -> dict[str, Any]:
-    """Titan's routed expert weights in HF's fused layout: gate_up_proj (E, 2I, H), down_proj."""
-    import importlib
+def titan_expert_weights(titan: Any, hf_experts: Any) -> dict[str, Any]:
+    """Titan's routed expert weights in the HF experts' own layout, by the names HF's module holds.
 
-    import torch
+    Gated experts fuse gate and up (``gate_up_proj``, (E, 2I, H)) or keep them apart; non-gated
+    experts (Nemotron-H's relu^2) hold ``up_proj`` alone, which Titan's first projection carries.
+    """
+    import importlib
 
     from phases.add_moe_model.work.moe_blocks import EXP
 
-    gate, down, up = importlib.import_module(f"{EXP}.state_dict_adapter")._expert_names()
-    inner = titan.routed_experts.inner_experts
-    return {"gate_up_proj": torch.cat([getattr(inner, gate), getattr(inner, up)], dim=1),
-            "down_proj": getattr(inner, down)}
+    names = importlib.import_module(f"{EXP}.state_dict_adapter")._expert_names()
+    return expert_weights_as_hf(titan.routed_experts.inner_experts, hf_experts, names=names)
+
+
+def expert_weights_as_hf(inner: Any, hf_experts: Any, *, names: tuple[str, str, str]) -> dict[str, Any]:
+    """``names``: Titan's (gate, down, up) weight attributes, as the target's adapter gives them."""
+    import torch
+
+    gate_name, down_name, up_name = names
+    gate, down, up = (getattr(inner, n, None) for n in names)
+    if down is None:
+        raise ValueError(f"Titan's experts ({type(inner).__name__}) have no {down_name}")
+    out = {"down_proj": down}
+    if hasattr(hf_experts, "gate_up_proj"):
+        if gate is None or up is None:
+            raise ValueError(f"HF's experts are gated (gate_up_proj) but Titan's {type(inner).__name__} lacks "
+                             f"{gate_name if gate is None else up_name}")
+        out["gate_up_proj"] = torch.cat([gate, up], dim=1)
+    elif hasattr(hf_experts, "gate_proj"):
+        out.update(gate_proj=gate, up_proj=up)
+    elif gate is not None and up is not None:
+        raise ValueError(f"HF's experts are not gated (up_proj alone) but Titan's {type(inner).__name__} holds "
+                         f"both {gate_name} and {up_name}: a gated kernel cannot reproduce them; the conversion "
+                         "needs a non-gated expert class in the experiment folder")
+    else:
+        # Non-gated: a Titan class for them keeps its one input projection under the gate or the up name.
+        out["up_proj"] = up if up is not None else gate
+    missing = [name for name, value in out.items() if value is None]
+    if missing:
+        raise ValueError(f"Titan's experts ({type(inner).__name__}) have nothing for HF's {missing}")
+    return out
 
 
 @contextlib.contextmanager
@@ -130,7 +159,7 @@ def titan_weights_in(hf_experts: Any, titan: Any) -> Iterator[Any]:
     """
     saved = {}
     try:
-        for name, value in titan_expert_weights(titan).items():
+        for name, value in titan_expert_weights(titan, hf_experts).items():
             current = getattr(hf_experts, name, None)
             if current is None or tuple(current.shape) != tuple(value.shape):
                 have = None if current is None else tuple(current.shape)
@@ -146,7 +175,7 @@ def titan_weights_in(hf_experts: Any, titan: Any) -> Iterator[Any]:
 
 def compare_expert_weights(hf_experts: Any, titan: Any) -> dict[str, float]:
     out = {}
-    for name, value in titan_expert_weights(titan).items():
+    for name, value in titan_expert_weights(titan, hf_experts).items():
         hf = getattr(hf_experts, name, None)
         if hf is not None and tuple(hf.shape) == tuple(value.shape):
             out[name] = (hf.float() - value.float()).abs().max().item()
