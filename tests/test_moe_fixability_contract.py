@@ -1,0 +1,56 @@
+"""Every probe finding labelled fixable has a reference fix shown to clear it (phases/add_moe_model/fixability.py).
+
+The codes are read from the worker source itself, so a new fixable finding without a clearing
+test fails here, not in front of an agent that was promised a fix.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from phases.add_moe_model.fixability import PROVEN
+
+WORK = Path(__file__).resolve().parent.parent / "phases" / "add_moe_model" / "work"
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _fixed_severity_helpers(tree: ast.Module) -> set[str]:
+    """Module functions that build a fixable CompatIssue from their ``code`` parameter."""
+    helpers = set()
+    for func in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        for call in (n for n in ast.walk(func) if isinstance(n, ast.Call)):
+            severity, code = _keyword(call, "severity"), _keyword(call, "code")
+            if (isinstance(severity, ast.Constant) and severity.value == "fixable" and isinstance(code, ast.Name)
+                    and code.id in {a.arg for a in func.args.args}):
+                helpers.add(func.name)
+    return helpers
+
+
+def fixable_codes() -> dict[str, str]:
+    """code -> the worker module that can raise it as fixable."""
+    found: dict[str, str] = {}
+    for path in sorted(WORK.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        helpers = _fixed_severity_helpers(tree)
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            severity, code = _keyword(call, "severity"), _keyword(call, "code")
+            if isinstance(severity, ast.Constant) and severity.value == "fixable" and isinstance(code, ast.Constant):
+                found[code.value] = path.name
+            name = getattr(call.func, "id", None)
+            if name in helpers and call.args and isinstance(call.args[0], ast.Constant):
+                found[call.args[0].value] = path.name
+    return found
+
+
+def test_the_reader_sees_the_codes_it_must() -> None:
+    codes = fixable_codes()
+    assert {"moe_attr_not_mlp", "module_without_sharding_config", "router_rule_mismatch"} <= set(codes), codes
+
+
+def test_every_fixable_code_has_a_clearing_reference_fix() -> None:
+    unproven = {code: module for code, module in fixable_codes().items() if code not in PROVEN}
+    assert not unproven, f"fixable findings with no reference-fix test (prove or relabel them): {unproven}"
