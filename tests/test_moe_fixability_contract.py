@@ -1,7 +1,8 @@
-"""Every probe finding labelled fixable has a reference fix shown to clear it (phases/add_moe_model/fixability.py).
+"""Every probe finding labelled fixable is either proven (a reference fix shown to clear it) or listed as not yet
+shown (phases/add_moe_model/fixability.py), and the survey and reports say which.
 
-The codes are read from the worker source itself, so a new fixable finding without a clearing
-test fails here, not in front of an agent that was promised a fix.
+The codes are read from the worker source itself, so a new fixable finding that is in neither list
+fails here, not in front of an agent that was promised a fix.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from phases.add_moe_model.fixability import PROVEN
+from phases.add_moe_model.fixability import NOT_YET_SHOWN, PROVEN
 
 WORK = Path(__file__).resolve().parent.parent / "phases" / "add_moe_model" / "work"
 
@@ -51,6 +52,10 @@ def test_the_reader_sees_the_codes_it_must() -> None:
     assert {"moe_attr_not_mlp", "module_without_sharding_config", "router_rule_mismatch"} <= set(codes), codes
 
 
-def test_every_fixable_code_has_a_clearing_reference_fix() -> None:
-    unproven = {code: module for code, module in fixable_codes().items() if code not in PROVEN}
-    assert not unproven, f"fixable findings with no reference-fix test (prove or relabel them): {unproven}"
+def test_every_fixable_code_is_proven_or_listed_as_not_yet_shown() -> None:
+    """A new fixable check must come with its reference fix, or say plainly (survey, reports) that none exists."""
+    codes = fixable_codes()
+    unaccounted = {code: module for code, module in codes.items() if code not in PROVEN and code not in NOT_YET_SHOWN}
+    assert not unaccounted, f"fixable findings with no reference-fix test and no entry in NOT_YET_SHOWN: {unaccounted}"
+    assert not set(PROVEN) & set(NOT_YET_SHOWN)
+    assert set(NOT_YET_SHOWN) <= set(codes), "NOT_YET_SHOWN lists a code no check raises as fixable"
