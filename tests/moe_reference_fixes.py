@@ -176,6 +176,31 @@ def tuple_output(target: Path) -> None:
                  "else _HFContiguousMoE\n")
 
 
+MOE_STATICS = "gate.moe_statics.e_score_correction_bias"
+
+
+def moe_statics_correction_bias(target: Path) -> None:
+    """state_dict_keys_unmapped (ERNIE 4.5): the correction bias sits in ``gate.moe_statics`` shaped (1, E);
+    Titan's MoE keeps it as ``expert_bias_E`` shaped (E,). Converted both ways, the HF shape remembered."""
+    replace_once(target, ADAPTER, "\n\ndef hf_to_titan_moe_state_dict(\n",
+                 "\n\n# titan key -> (HF key, HF shape) of correction biases held in gate.moe_statics\n"
+                 "_MOE_STATICS_BIAS: dict[str, tuple[str, tuple[int, ...]]] = {}\n"
+                 "\n\ndef hf_to_titan_moe_state_dict(\n")
+    replace_once(target, ADAPTER, "        # Handle expert down_proj rename.\n",
+                 f"        if key.endswith(\".{MOE_STATICS}\"):\n"
+                 f"            titan_key = key[: -len(\"{MOE_STATICS}\")] + \"expert_bias_E\"\n"
+                 "            _MOE_STATICS_BIAS[titan_key] = (key, tuple(value.shape))\n"
+                 "            titan_state_dict[titan_key] = value.reshape(-1)\n"
+                 "            continue\n\n"
+                 "        # Handle expert down_proj rename.\n")
+    replace_once(target, ADAPTER, "        if key in _TITAN_TO_ORIGINAL_HF_KEY:\n",
+                 "        if key in _MOE_STATICS_BIAS:\n"
+                 "            hf_key, shape = _MOE_STATICS_BIAS[key]\n"
+                 "            hf_state_dict[hf_key] = value.reshape(shape)\n"
+                 "            continue\n\n"
+                 "        if key in _TITAN_TO_ORIGINAL_HF_KEY:\n")
+
+
 LLAMA4: tuple[Fix, ...] = (moe_under_feed_forward, sigmoid_router, transposed_experts, score_before_experts,
                            tuple_output)
 ARIA: tuple[Fix, ...] = (transposed_experts,)

@@ -82,3 +82,18 @@ def test_hy_v3_correction_bias_on_the_block_clears_once_the_target_carries_it(tm
     assert not probe["issues"], probe["issues"]
     assert probe["strict_load"] == "PASS" and probe["score_func"] == "sigmoid"
     assert moved["phase"] != "probe", moved["summary"]
+
+
+def test_ernie_correction_bias_in_moe_statics_clears_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
+    """Probe only (max_phases=1): the finding is judged on the target's strict load and round trip."""
+    store = RunStore(tmp_path / "state")
+    run_id, target = _start(store, "type:ernie4_5_moe")
+    before = store.read_state(run_id)
+    assert _codes(before) == {"state_dict_keys_unmapped"}, before["issues"]
+    assert "gate.moe_statics.e_score_correction_bias" in before["issues"][0]["message"]
+    fixes.apply(target, (fixes.moe_statics_correction_bias,))
+    moved = engine.advance(run_id, store=store, max_phases=1).state
+    probe = moved["results"]["probe"]
+    assert not probe["issues"], probe["issues"]
+    assert probe["strict_load"] == "PASS" and probe["state_dict_roundtrip"] == "PASS"
+    assert moved["phase"] != "probe", moved["summary"]

@@ -19,6 +19,7 @@ PROVEN: dict[str, str] = {
     "router_bias_key_misnamed": "DeepSeek-V3",
     "router_rule_mismatch": "laguna (the probe worker on the fixed target)",
     "correction_bias_outside_gate": "HY-V3",
+    "state_dict_keys_unmapped": "ernie4_5_moe (a correction bias in gate.moe_statics, (1, E) both ways)",
 }
 
 # Fixable codes whose reference fix is not written yet, and why each is still called fixable: its fix
@@ -27,7 +28,6 @@ NOT_YET_SHOWN: dict[str, str] = {
     "module_without_sharding_config": "a sharding config for the named module in hf_sharding.py",
     "attention_projection_unhandled": "hf_sharding.py reading the layer's attention where it lives",
     "state_missing_from_sharding_config": "the named state declared in hf_sharding.py's config",
-    "state_dict_keys_unmapped": "patterns in state_dict_adapter.py, both directions",
     "roundtrip_failed": "state_dict_adapter.py's reverse patterns",
     "moe_probe_failed": "the target's _probe_hf_moe_block helpers in moe_replacement.py",
     "experts_outside_experts_module": "a conversion of the block's own expert layout (probe, swap, adapter)",
