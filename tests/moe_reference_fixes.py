@@ -201,6 +201,26 @@ def moe_statics_correction_bias(target: Path) -> None:
                  "        if key in _TITAN_TO_ORIGINAL_HF_KEY:\n")
 
 
+SHARDING = f"{EXP}/hf_sharding.py"
+
+
+def per_head_qk_layernorms(target: Path) -> None:
+    """module_without_sharding_config (Hunyuan): its per-head query/key layernorms are Qwen3's q_norm/k_norm
+    under other names, so they take the same config (weights replicated, activations stay heads-sharded)."""
+    replace_once(target, SHARDING, '    for norm_name in ("q_norm", "k_norm"):\n',
+                 '    for norm_name in ("q_norm", "k_norm", "query_layernorm", "key_layernorm"):\n')
+
+
+def hunyuan_router_and_shared_keys(target: Path) -> None:
+    """state_dict_keys_unmapped (Hunyuan): the router weight is ``gate.wg`` and the shared expert ``shared_mlp``.
+    Only the HF -> Titan side needs patterns: the reverse side takes the keys it recorded on the way in."""
+    extra = "".join(f'        (r"^(.*\\.)shared_mlp\\.{hf}_proj\\.weight$", r"\\1shared_experts.{titan}.weight", False),\n'
+                    for hf, titan in (("gate", "w1"), ("up", "w3"), ("down", "w2")))
+    replace_once(target, ADAPTER, '        (r"^(.*\\.)router\\.proj\\.weight$", r"\\1router.gate.weight", False),\n',
+                 '        (r"^(.*\\.)router\\.proj\\.weight$", r"\\1router.gate.weight", False),\n'
+                 '        (r"^(.*\\.)gate\\.wg\\.weight$", r"\\1router.gate.weight", False),\n' + extra)
+
+
 LLAMA4: tuple[Fix, ...] = (moe_under_feed_forward, sigmoid_router, transposed_experts, score_before_experts,
                            tuple_output)
 ARIA: tuple[Fix, ...] = (transposed_experts,)

@@ -97,3 +97,20 @@ def test_ernie_correction_bias_in_moe_statics_clears_and_the_run_leaves_the_prob
     assert not probe["issues"], probe["issues"]
     assert probe["strict_load"] == "PASS" and probe["state_dict_roundtrip"] == "PASS"
     assert moved["phase"] != "probe", moved["summary"]
+
+
+def test_hunyuan_layernorm_sharding_and_key_names_clear_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
+    """Probe only: the sharding finding is judged by the target's own completeness backstop on the layer."""
+    store = RunStore(tmp_path / "state")
+    run_id, target = _start(store, "type:hunyuan_v1_moe")
+    before = store.read_state(run_id)
+    assert _codes(before) == {"module_without_sharding_config", "state_dict_keys_unmapped"}, before["issues"]
+    fixes.apply(target, (fixes.per_head_qk_layernorms,))
+    partly = engine.advance(run_id, store=store, max_phases=1).state
+    assert _codes(partly) == {"state_dict_keys_unmapped"}, partly["issues"]
+    fixes.apply(target, (fixes.hunyuan_router_and_shared_keys,))
+    moved = engine.advance(run_id, store=store, max_phases=1).state
+    probe = moved["results"]["probe"]
+    assert not probe["issues"], probe["issues"]
+    assert probe["strict_load"] == "PASS" and probe["state_dict_roundtrip"] == "PASS"
+    assert moved["phase"] != "probe", moved["summary"]

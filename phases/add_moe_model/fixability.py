@@ -19,13 +19,14 @@ PROVEN: dict[str, str] = {
     "router_bias_key_misnamed": "DeepSeek-V3",
     "router_rule_mismatch": "laguna (the probe worker on the fixed target)",
     "correction_bias_outside_gate": "HY-V3",
-    "state_dict_keys_unmapped": "ernie4_5_moe (a correction bias in gate.moe_statics, (1, E) both ways)",
+    "state_dict_keys_unmapped": "ernie4_5_moe (a correction bias in gate.moe_statics, (1, E) both ways), "
+                                "hunyuan_v1_moe (router gate.wg, shared_mlp)",
+    "module_without_sharding_config": "hunyuan_v1_moe (per-head query/key layernorms)",
 }
 
 # Fixable codes whose reference fix is not written yet, and why each is still called fixable: its fix
 # belongs in the experiment folder (tests/test_moe_fixability_contract.py keeps both lists complete).
 NOT_YET_SHOWN: dict[str, str] = {
-    "module_without_sharding_config": "a sharding config for the named module in hf_sharding.py",
     "attention_projection_unhandled": "hf_sharding.py reading the layer's attention where it lives",
     "state_missing_from_sharding_config": "the named state declared in hf_sharding.py's config",
     "roundtrip_failed": "state_dict_adapter.py's reverse patterns",
