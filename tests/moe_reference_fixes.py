@@ -221,6 +221,21 @@ def hunyuan_router_and_shared_keys(target: Path) -> None:
                  '        (r"^(.*\\.)gate\\.wg\\.weight$", r"\\1router.gate.weight", False),\n' + extra)
 
 
+def sinks_sharded_with_heads(target: Path) -> None:
+    """state_missing_from_sharding_config (attention sinks, one logit per head): q_proj's colwise config shards
+    the heads, so the attention module declares its sinks sharded on dim 0 the same way."""
+    replace_once(target, SHARDING, "    # Flex attention: attach the kernel Module",
+                 '    if isinstance(getattr(attn, "sinks", None), nn.Parameter):\n'
+                 '        attn._sharding_config.state_shardings["sinks"] = dense_param_placement(tp=spmd.S(0))\n\n'
+                 "    # Flex attention: attach the kernel Module")
+
+
+def expert_bias_key_renamed(target: Path) -> None:
+    """router_bias_key_misnamed: both pattern tables name the buffer Titan's MoE holds, expert_bias_E."""
+    replace_once(target, ADAPTER, 'r"\\1expert_bias", False)', 'r"\\1expert_bias_E", False)')
+    replace_once(target, ADAPTER, '(r"^(.*\\.)expert_bias$",', '(r"^(.*\\.)expert_bias_E$",')
+
+
 LLAMA4: tuple[Fix, ...] = (moe_under_feed_forward, sigmoid_router, transposed_experts, score_before_experts,
                            tuple_output)
 ARIA: tuple[Fix, ...] = (transposed_experts,)

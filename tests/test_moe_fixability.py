@@ -5,7 +5,9 @@ fixes of tests/moe_reference_fixes.py (edits inside the experiment folder only, 
 makes them), advances, and shows the probe's findings gone and the run past the probe. Llama 4
 is taken in two steps so the two semantic findings (score placement, MoE output) are seen
 standing after the other fixes and cleared by their own; its bf16 comparison then stops in
-transformers' own code, which is a person's call (a waiver), never the agent's.
+transformers' own code, which is a person's call (a waiver), never the agent's. The single-finding
+cases (ERNIE, Hunyuan, MiMo) stop one phase after the probe (``max_phases=1``): what they prove is
+the probe's verdict on the fixed target, and a full run each would add minutes to CI for nothing more.
 """
 
 from __future__ import annotations
@@ -114,3 +116,16 @@ def test_hunyuan_layernorm_sharding_and_key_names_clear_and_the_run_leaves_the_p
     assert not probe["issues"], probe["issues"]
     assert probe["strict_load"] == "PASS" and probe["state_dict_roundtrip"] == "PASS"
     assert moved["phase"] != "probe", moved["summary"]
+
+
+def test_mimo_sinks_sharded_with_the_heads_clear_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
+    """Probe only: the sinks finding is judged on the configs the target's own sharding setup leaves."""
+    store = RunStore(tmp_path / "state")
+    run_id, target = _start(store, "type:mimo_v2_flash")
+    before = store.read_state(run_id)
+    assert _codes(before) == {"state_missing_from_sharding_config", "router_bias_key_misnamed"}, before["issues"]
+    fixes.apply(target, (fixes.sinks_sharded_with_heads, fixes.expert_bias_key_renamed))
+    moved = engine.advance(run_id, store=store, max_phases=1).state
+    probe = moved["results"]["probe"]
+    assert not probe["issues"], probe["issues"]
+    assert probe["strict_load"] == "PASS" and moved["phase"] != "probe", moved["summary"]

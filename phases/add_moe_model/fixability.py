@@ -2,9 +2,10 @@
 
 A code in ``PROVEN`` has a reference fix, written inside the experiment folder, that a test
 applies to a real run: the finding goes and the run moves on (tests/test_moe_fixability.py,
-tests/test_agent_moe_fix.py). Other codes labelled fixable point into the experiment folder
+tests/test_agent_moe_fix.py). The codes in ``NOT_YET_SHOWN`` point into the experiment folder
 but no test has cleared them yet; the survey says which is which, so a ``needs_agent`` row
-promises only what has been shown.
+promises only what has been shown (tests/test_moe_fixability_contract.py reads every fixable code
+from the checks and fails for one in neither list).
 """
 
 from __future__ import annotations
@@ -16,19 +17,19 @@ PROVEN: dict[str, str] = {
     "strict_load_shape_mismatch": "Llama-4-Scout, aria_text",
     "router_score_before_experts": "Llama-4-Scout",
     "moe_output_contract": "Llama-4-Scout",
-    "router_bias_key_misnamed": "DeepSeek-V3",
+    "router_bias_key_misnamed": "DeepSeek-V3, mimo_v2_flash",
     "router_rule_mismatch": "laguna (the probe worker on the fixed target)",
     "correction_bias_outside_gate": "HY-V3",
     "state_dict_keys_unmapped": "ernie4_5_moe (a correction bias in gate.moe_statics, (1, E) both ways), "
                                 "hunyuan_v1_moe (router gate.wg, shared_mlp)",
     "module_without_sharding_config": "hunyuan_v1_moe (per-head query/key layernorms)",
+    "state_missing_from_sharding_config": "mimo_v2_flash (attention sinks sharded with the heads)",
 }
 
 # Fixable codes whose reference fix is not written yet, and why each is still called fixable: its fix
 # belongs in the experiment folder (tests/test_moe_fixability_contract.py keeps both lists complete).
 NOT_YET_SHOWN: dict[str, str] = {
     "attention_projection_unhandled": "hf_sharding.py reading the layer's attention where it lives",
-    "state_missing_from_sharding_config": "the named state declared in hf_sharding.py's config",
     "roundtrip_failed": "state_dict_adapter.py's reverse patterns",
     "moe_probe_failed": "the target's _probe_hf_moe_block helpers in moe_replacement.py",
     "experts_outside_experts_module": "a conversion of the block's own expert layout (probe, swap, adapter)",
