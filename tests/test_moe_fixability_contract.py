@@ -59,3 +59,15 @@ def test_every_fixable_code_is_proven_or_listed_as_not_yet_shown() -> None:
     assert not unaccounted, f"fixable findings with no reference-fix test and no entry in NOT_YET_SHOWN: {unaccounted}"
     assert not set(PROVEN) & set(NOT_YET_SHOWN)
     assert set(NOT_YET_SHOWN) <= set(codes), "NOT_YET_SHOWN lists a code no check raises as fixable"
+
+
+def test_survey_notes_fixability_only_on_probe_findings_labelled_fixable(tmp_path: Path) -> None:
+    """A gap-analysis residual asks for a hypothesis patch in core, so no experiment-folder promise is attached."""
+    from phases.add_moe_model.survey.outcome import row_from_run
+
+    issues = [{"code": "state_dict_keys_unmapped", "message": "[fixable] strict load ...", "fix_location": "adapter"},
+              {"code": "residual_gap_unexplained", "message": "max_diff 3.9e-03 remains", "fix_location": "core"}]
+    state = {"run_id": "r", "status": "waiting", "awaiting": "agent", "issues": issues, "pending": [], "results": {}}
+    reasons = row_from_run("ernie4_5_moe", "type:ernie4_5_moe", state, tmp_path).reasons
+    assert reasons[0].endswith("reference fix tested on " + PROVEN["state_dict_keys_unmapped"] + "]")
+    assert "clearable" not in reasons[1] and "not yet shown" not in reasons[1]

@@ -63,7 +63,9 @@ def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Pa
         return SurveyRow(**base, **_verdict(state, numerics, pending=pending))
     if state["status"] == "waiting":
         agent = state.get("awaiting") != "human"
-        reasons = [_issue_line(i) + (clearable_note(i["code"]) if agent else "") for i in state.get("issues", [])]
+        # Only a probe finding labelled fixable promises an experiment-folder fix; the note says if one is shown.
+        reasons = [_issue_line(i) + (clearable_note(i["code"]) if agent and i["message"].startswith("[fixable]")
+                                     else "") for i in state.get("issues", [])]
         reasons += [q["prompt"] for q in state.get("pending", [])]
         outcome = "needs_human" if state.get("awaiting") == "human" else "needs_agent"
         return SurveyRow(**base, outcome=outcome, reasons=reasons or [state.get("summary") or ""])
