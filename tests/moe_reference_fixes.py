@@ -214,8 +214,8 @@ def per_head_qk_layernorms(target: Path) -> None:
 def hunyuan_router_and_shared_keys(target: Path) -> None:
     """state_dict_keys_unmapped (Hunyuan): the router weight is ``gate.wg`` and the shared expert ``shared_mlp``.
     Only the HF -> Titan side needs patterns: the reverse side takes the keys it recorded on the way in."""
-    extra = "".join(f'        (r"^(.*\\.)shared_mlp\\.{hf}_proj\\.weight$", r"\\1shared_experts.{titan}.weight", False),\n'
-                    for hf, titan in (("gate", "w1"), ("up", "w3"), ("down", "w2")))
+    pattern = '        (r"^(.*\\.)shared_mlp\\.{hf}_proj\\.weight$", r"\\1shared_experts.{titan}.weight", False),\n'
+    extra = "".join(pattern.format(hf=hf, titan=titan) for hf, titan in (("gate", "w1"), ("up", "w3"), ("down", "w2")))
     replace_once(target, ADAPTER, '        (r"^(.*\\.)router\\.proj\\.weight$", r"\\1router.gate.weight", False),\n',
                  '        (r"^(.*\\.)router\\.proj\\.weight$", r"\\1router.gate.weight", False),\n'
                  '        (r"^(.*\\.)gate\\.wg\\.weight$", r"\\1router.gate.weight", False),\n' + extra)

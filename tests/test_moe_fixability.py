@@ -86,46 +86,45 @@ def test_hy_v3_correction_bias_on_the_block_clears_once_the_target_carries_it(tm
     assert moved["phase"] != "probe", moved["summary"]
 
 
+
+def _reprobe(store: RunStore, run_id: str, target: Path, *steps: fixes.Fix) -> dict:
+    """Apply reference fixes, run the probe again and at most the phase after it."""
+    fixes.apply(target, steps)
+    return engine.advance(run_id, store=store, max_phases=1).state
+
+
+def _left_the_probe_clean(state: dict) -> dict:
+    probe = state["results"]["probe"]
+    assert not probe["issues"], probe["issues"]
+    assert probe["strict_load"] == "PASS" and probe["state_dict_roundtrip"] == "PASS", probe
+    assert state["phase"] != "probe", state["summary"]
+    return probe
+
+
 def test_ernie_correction_bias_in_moe_statics_clears_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
-    """Probe only (max_phases=1): the finding is judged on the target's strict load and round trip."""
+    """The finding is judged on the target's strict load and round trip."""
     store = RunStore(tmp_path / "state")
     run_id, target = _start(store, "type:ernie4_5_moe")
     before = store.read_state(run_id)
     assert _codes(before) == {"state_dict_keys_unmapped"}, before["issues"]
     assert "gate.moe_statics.e_score_correction_bias" in before["issues"][0]["message"]
-    fixes.apply(target, (fixes.moe_statics_correction_bias,))
-    moved = engine.advance(run_id, store=store, max_phases=1).state
-    probe = moved["results"]["probe"]
-    assert not probe["issues"], probe["issues"]
-    assert probe["strict_load"] == "PASS" and probe["state_dict_roundtrip"] == "PASS"
-    assert moved["phase"] != "probe", moved["summary"]
+    _left_the_probe_clean(_reprobe(store, run_id, target, fixes.moe_statics_correction_bias))
 
 
-def test_hunyuan_layernorm_sharding_and_key_names_clear_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
-    """Probe only: the sharding finding is judged by the target's own completeness backstop on the layer."""
+def test_hunyuan_layernorm_sharding_and_key_names_clear_one_by_one(tmp_path: Path) -> None:
+    """The sharding finding is judged by the target's own completeness backstop on the layer."""
     store = RunStore(tmp_path / "state")
     run_id, target = _start(store, "type:hunyuan_v1_moe")
-    before = store.read_state(run_id)
-    assert _codes(before) == {"module_without_sharding_config", "state_dict_keys_unmapped"}, before["issues"]
-    fixes.apply(target, (fixes.per_head_qk_layernorms,))
-    partly = engine.advance(run_id, store=store, max_phases=1).state
+    assert _codes(store.read_state(run_id)) == {"module_without_sharding_config", "state_dict_keys_unmapped"}
+    partly = _reprobe(store, run_id, target, fixes.per_head_qk_layernorms)
     assert _codes(partly) == {"state_dict_keys_unmapped"}, partly["issues"]
-    fixes.apply(target, (fixes.hunyuan_router_and_shared_keys,))
-    moved = engine.advance(run_id, store=store, max_phases=1).state
-    probe = moved["results"]["probe"]
-    assert not probe["issues"], probe["issues"]
-    assert probe["strict_load"] == "PASS" and probe["state_dict_roundtrip"] == "PASS"
-    assert moved["phase"] != "probe", moved["summary"]
+    _left_the_probe_clean(_reprobe(store, run_id, target, fixes.hunyuan_router_and_shared_keys))
 
 
-def test_mimo_sinks_sharded_with_the_heads_clear_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
-    """Probe only: the sinks finding is judged on the configs the target's own sharding setup leaves."""
+def test_mimo_sinks_sharded_with_the_heads_clear(tmp_path: Path) -> None:
+    """The sinks finding is judged on the configs the target's own sharding setup leaves."""
     store = RunStore(tmp_path / "state")
     run_id, target = _start(store, "type:mimo_v2_flash")
-    before = store.read_state(run_id)
-    assert _codes(before) == {"state_missing_from_sharding_config", "router_bias_key_misnamed"}, before["issues"]
-    fixes.apply(target, (fixes.sinks_sharded_with_heads, fixes.expert_bias_key_renamed))
-    moved = engine.advance(run_id, store=store, max_phases=1).state
-    probe = moved["results"]["probe"]
-    assert not probe["issues"], probe["issues"]
-    assert probe["strict_load"] == "PASS" and moved["phase"] != "probe", moved["summary"]
+    assert _codes(store.read_state(run_id)) == {"state_missing_from_sharding_config", "router_bias_key_misnamed"}
+    _left_the_probe_clean(_reprobe(store, run_id, target, fixes.sinks_sharded_with_heads,
+                                   fixes.expert_bias_key_renamed))
