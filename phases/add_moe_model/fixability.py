@@ -2,10 +2,10 @@
 
 A code in ``PROVEN`` has a reference fix, written inside the experiment folder, that a test
 applies to a real run: the finding goes and the run moves on (tests/test_moe_fixability.py,
-tests/test_agent_moe_fix.py). The codes in ``NOT_YET_SHOWN`` point into the experiment folder
-but no test has cleared them yet; the survey says which is which, so a ``needs_agent`` row
-promises only what has been shown (tests/test_moe_fixability_contract.py reads every fixable code
-from the checks and fails for one in neither list).
+tests/test_moe_fixability_sharding.py, tests/test_agent_moe_fix.py). The codes in ``NOT_YET_SHOWN``
+point into the experiment folder but no test has cleared them yet; the survey says which is which,
+so a ``needs_agent`` row promises only what has been shown (tests/test_moe_fixability_contract.py
+reads every fixable code from the checks and fails for one in neither list).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ PROVEN: dict[str, str] = {
                                 "hunyuan_v1_moe (router gate.wg, shared_mlp)",
     "module_without_sharding_config": "hunyuan_v1_moe (per-head query/key layernorms)",
     "state_missing_from_sharding_config": "mimo_v2_flash (attention sinks sharded with the heads)",
+    "attention_projection_unhandled": "qwen3_next (linear_attn layers configured replicated; TP 2 build check)",
 }
 
 # Fixable codes whose reference fix is not written yet, and why each is still called fixable: its fix
 # belongs in the experiment folder (tests/test_moe_fixability_contract.py keeps both lists complete).
 NOT_YET_SHOWN: dict[str, str] = {
-    "attention_projection_unhandled": "hf_sharding.py reading the layer's attention where it lives",
     "roundtrip_failed": "state_dict_adapter.py's reverse patterns",
     "moe_probe_failed": "the target's _probe_hf_moe_block helpers in moe_replacement.py",
     "experts_outside_experts_module": "a conversion of the block's own expert layout (probe, swap, adapter)",

@@ -4,7 +4,8 @@
 layers built on meta, exactly as the target would run them at parallelize time (TP off),
 so an unhandled projection or an unconfigured module shows up here, in Phase 1, not on a GPU.
 One more gap is checked: a module that has a config but whose own parameters are not in its
-``state_shardings`` (e.g. attention sinks), which the target's backstop does not see.
+``state_shardings`` (e.g. attention sinks), which the target's backstop does not see and its
+``model.parallelize`` then refuses, TP or not.
 """
 
 from __future__ import annotations
@@ -84,7 +85,11 @@ def check_layer_sharding(sharding: Any, layer: Any, *, index: int, moe_attr: str
 
 
 def check_uncovered_state(layer: Any, *, index: int, skip: tuple[Any, ...]) -> list[CompatIssue]:
-    """Own parameters of a configured module that its state_shardings leave out."""
+    """Own parameters of a configured module that its state_shardings leave out.
+
+    ``Module._distribute_states`` raises for such a state whatever the parallelism: the name is looked up
+    before any mesh is resolved, so an FSDP-only run (TP off) fails at parallelize as well.
+    """
     skip_ids = {id(s) for m in skip for s in m.modules()}
     uncovered = []
     for name, mod in layer.named_modules():
@@ -97,8 +102,9 @@ def check_uncovered_state(layer: Any, *, index: int, skip: tuple[Any, ...]) -> l
     if not uncovered:
         return []
     return [_issue("state_missing_from_sharding_config",
-                   f"configured modules leave their own state undeclared: {uncovered[:6]}; "
-                   "under TP these stay plain tensors next to DTensors")]
+                   f"configured modules leave their own state undeclared: {uncovered[:6]}; the target's "
+                   "model.parallelize raises for each (its _distribute_states wants a placement in state_shardings "
+                   "for every own parameter and buffer of a configured module), with TP or without (FSDP/EP only)")]
 
 
 def check_dsa_under_tp(attn: Any) -> list[str]:
