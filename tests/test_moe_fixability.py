@@ -101,13 +101,20 @@ def _left_the_probe_clean(state: dict) -> dict:
     return probe
 
 
+def _standing(store: RunStore, model: str, code: str, text: str) -> tuple[str, Path]:
+    """Start a run whose probe stops on exactly one finding, ``code``, its message saying ``text``."""
+    run_id, target = _start(store, model)
+    before = store.read_state(run_id)
+    assert _codes(before) == {code}, before["issues"]
+    assert text in before["issues"][0]["message"], before["issues"][0]
+    return run_id, target
+
+
 def test_ernie_correction_bias_in_moe_statics_clears_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
     """The finding is judged on the target's strict load and round trip."""
     store = RunStore(tmp_path / "state")
-    run_id, target = _start(store, "type:ernie4_5_moe")
-    before = store.read_state(run_id)
-    assert _codes(before) == {"state_dict_keys_unmapped"}, before["issues"]
-    assert "gate.moe_statics.e_score_correction_bias" in before["issues"][0]["message"]
+    run_id, target = _standing(store, "type:ernie4_5_moe", "state_dict_keys_unmapped",
+                               "gate.moe_statics.e_score_correction_bias")
     _left_the_probe_clean(_reprobe(store, run_id, target, fixes.moe_statics_correction_bias))
 
 

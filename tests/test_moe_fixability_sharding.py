@@ -16,7 +16,7 @@ import pytest
 from orchestrator.trail.store import RunStore
 from tests import moe_reference_fixes_sharding as sharding_fixes
 from tests.conftest import call_worker
-from tests.test_moe_fixability import _codes, _left_the_probe_clean, _reprobe, _start
+from tests.test_moe_fixability import _left_the_probe_clean, _reprobe, _standing
 
 pytestmark = pytest.mark.slow
 BUILD_CHECK = "phases.add_moe_model.work.build_check:build_check"
@@ -29,10 +29,8 @@ TINY_QWEN3_NEXT = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=2
 def test_qwen3_next_linear_attention_layers_are_configured_and_the_run_leaves_the_probe(tmp_path: Path) -> None:
     """The finding is the target's own ``_set_layer_sharding_configs`` raising on a layer without self_attn."""
     store = RunStore(tmp_path / "state")
-    run_id, target = _start(store, "type:qwen3_next")
-    before = store.read_state(run_id)
-    assert _codes(before) == {"attention_projection_unhandled"}, before["issues"]
-    assert "at linear_attn (Qwen3NextGatedDeltaNet), not self_attn" in before["issues"][0]["message"]
+    run_id, target = _standing(store, "type:qwen3_next", "attention_projection_unhandled",
+                               "at linear_attn (Qwen3NextGatedDeltaNet), not self_attn")
 
     probe = _left_the_probe_clean(_reprobe(store, run_id, target, sharding_fixes.linear_attention_layers))
     assert probe["attention"] == "linear"
