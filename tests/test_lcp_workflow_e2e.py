@@ -2,8 +2,8 @@
 
 One run: plan -> baselines (3 token counts, per-layer compile at one of them: its cold
 compile is minutes on a CPU) -> ideal times -> profile -> rank -> waits for the agent;
-then, as the agent would, a wrong rewrite (RoPE rotating the wrong way) is submitted and
-rejected with its numbers (the rope region has two call sites of different layout, so it
+then, as an agent without a shell would, a wrong rewrite (RoPE rotating the wrong way) is made
+with the agent tools alone (edit_file, commit_branch, submit: no git, no CLI) and rejected with its numbers (the rope region has two call sites of different layout, so it
 compiles 8 graphs over 3 token counts + no_grad: over the 6-of-8 target), the shipped
 narrow-scores rewrite is submitted and validated into stack/1 (graphs, screen, 3 fresh
 processes, parity vs eager and fp64), the stack is declared complete, a human answers the
@@ -30,20 +30,30 @@ def _json(result: subprocess.CompletedProcess) -> dict:
     return json.loads(result.stdout)
 
 
-def _commit_wrong_rope(target: Path) -> None:
-    """What an agent might write: a RoPE rewrite that rotates by the conjugate (wrong math)."""
+def _tool(name: str, state: Path, **arguments) -> dict:
+    """One agent tool call, in process, as the MCP server makes it (recorded on the run)."""
+    from orchestrator.agent.tools import call_tool
+    from orchestrator.trail.store import RunStore
+
+    result = call_tool(name, arguments, store=RunStore(state), call_id=f"e2e-{name}")
+    assert result.status == "ok", (name, result.message)
+    return result.data
+
+
+def _submit_wrong_rope_with_tools(run_id: str, state: Path, target: Path) -> dict:
+    """What an agent might write, with the tools alone: a RoPE rewrite that rotates by the conjugate."""
     import git
 
+    path = "examples/moe_layer/rope.py"
+    _tool("edit_file", state, run_id=run_id, path=path, old_string="rotated = pairs * freqs_cis.unsqueeze(1)",
+          new_string=WRONG_ROPE)
+    made = _tool("commit_branch", state, run_id=run_id, branch="candidate/wrong-rope",
+                 message="rope: rotate with the conjugate")
     repo = git.Repo(target)
-    repo.git.checkout("-b", "candidate/wrong-rope", "main")
-    rope = target / "examples/moe_layer/rope.py"
-    text = rope.read_text()
-    assert "rotated = pairs * freqs_cis.unsqueeze(1)" in text
-    rope.write_text(text.replace("rotated = pairs * freqs_cis.unsqueeze(1)", WRONG_ROPE))
-    repo.index.add(["examples/moe_layer/rope.py"])
-    bot = git.Actor("agent", "agent@localhost")
-    repo.index.commit("rope: rotate with the conjugate", author=bot, committer=bot)
-    repo.git.checkout("main")
+    assert made["files"] == [path] and not repo.is_dirty(untracked_files=True), made
+    assert WRONG_ROPE in repo.git.show(f"candidate/wrong-rope:{path}")
+    return _tool("submit", state, run_id=run_id, kind="candidate",
+                 args={"branch": "candidate/wrong-rope", "label": "conjugate RoPE", "regions": ["rope"]})
 
 
 @pytest.mark.slow
@@ -60,10 +70,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     assert status["phase"] == "pick_fix" and status["awaiting"] == "agent"
     target = Path(status["target"])
 
-    _commit_wrong_rope(target)
-    wrong = cli("candidate", run_id, "--branch", "candidate/wrong-rope", "--label", "conjugate RoPE",
-                "--regions", "rope", "--json", state_dir=state, timeout=1500)
-    assert wrong.returncode == 4, wrong.stderr[-3000:]
+    wrong = _submit_wrong_rope_with_tools(run_id, state, target)
+    assert wrong["phase"] == "pick_fix" and wrong["awaiting"] == "agent", wrong
     unnamed = cli("candidate", run_id, "--branch", "candidate/narrow-scores", "--label", "narrow scores",
                   state_dir=state)
     assert unnamed.returncode == 2 and "--regions swiglu" in unnamed.stderr, unnamed.stderr[-2000:]
@@ -71,7 +79,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
                  "--regions", "swiglu", "--json", state_dir=state, timeout=1500)
     assert narrow.returncode == 4, narrow.stderr[-3000:]
 
-    done = cli("resume", run_id, "--answer", "candidates=done", "--json", state_dir=state, timeout=1500)
+    _tool("answer", state, run_id=run_id, key="candidates", value="done")
+    done = cli("advance", run_id, "--json", state_dir=state, timeout=1500)
     assert done.returncode == 3 and _json(done)["pending"][0]["key"] == "open_prs", done.stderr[-2000:]
     finished = cli("resume", run_id, "--answer", "open_prs=no", "--json", state_dir=state, timeout=600)
     assert finished.returncode == 0 and _json(finished)["status"] == "done", finished.stderr[-2000:]
