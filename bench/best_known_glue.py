@@ -50,7 +50,7 @@ def main() -> None:
             answers.append({"mode": mode, **answer})
             for op in answer["ops"]:
                 print(line(mode, tokens, op), flush=True)
-    (args.out / "best_known.json").write_text(json.dumps(answers, indent=1))
+            (args.out / "best_known.json").write_text(json.dumps(answers, indent=1))  # kept if a later cell is cut
 
 
 if __name__ == "__main__":
