@@ -21,8 +21,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 LIGER = "liger-kernel"
-MATCH_ATOL = 0.05
-"""Largest |difference| from the region's eager outputs and grads (bf16 inputs) for a kernel to count as the same op."""
+MATCH_RTOL = 2.0 ** -6
+"""Largest |difference| from the region's eager outputs and input grads, relative to each tensor's largest |value|,
+for a kernel to count as the same op: four bf16 ulps of the largest value (rounding order differs, the function not)."""
 
 
 class BestKnown(BaseModel):
@@ -39,6 +40,8 @@ class BestKnown(BaseModel):
     """Device time of the kernel's fwd+bwd per call (profiler), CUDA only."""
     max_abs_diff: float | None = None
     """Largest |difference| of outputs and input grads from the region's eager function."""
+    max_rel_diff: float | None = None
+    """The same, each tensor's difference over its largest |value| (the same-op check reads this one)."""
     note: str = ""
     """What differs from the region's call (layout, precision, extra work), read beside the time."""
     reason: str = ""
@@ -72,7 +75,9 @@ def _liger_swiglu(h13: Any) -> Any:
 def _liger_rope(x: Any, freqs_cis: Any) -> Any:
     from liger_kernel.ops.llama4_rope import LigerLlama4RopeFunction
 
-    q, _k = LigerLlama4RopeFunction.apply(x.unsqueeze(0), x[:, :1].unsqueeze(0), freqs_cis)
+    # NOTE: the kernel rotates q and k in place; a k sharing x's memory would be rotated twice.
+    k = x.new_zeros((1, x.shape[0], 1, x.shape[-1]))
+    q, _k = LigerLlama4RopeFunction.apply(x.unsqueeze(0), k, freqs_cis)
     return q.squeeze(0)
 
 
@@ -83,8 +88,9 @@ KERNELS: dict[str, Kernel] = {
                      note="takes gate and up as two tensors: the packed [R, 2F] input is split and made contiguous "
                           "inside the timed call"),
     "rope": Kernel(name="liger_kernel.ops.llama4_rope.LigerLlama4RopeFunction", package=LIGER, call=_liger_rope,
-                   note="complex (interleaved-pair) RoPE as the region; computes in the input dtype where the region "
-                        "computes in fp32; Liger rotates q and k in one call, so a one-head k rides along"),
+                   note="complex (interleaved-pair) RoPE as the region; computes in the input dtype where the "
+                        "region computes in fp32, and in place where the region returns a new tensor; Liger "
+                        "rotates q and k in one call, so a one-head k of zeros rides along"),
 }
 NO_KERNEL = {
     "router": "no best-known kernel: Liger-Kernel has no group-limited top-k router (DeepSeek-V3's routing)",
@@ -110,9 +116,10 @@ def why_not_runnable(region: str, *, device: str) -> str:
     return ""
 
 
-def max_abs_diff(reference: Callable[..., Any], candidate: Callable[..., Any], args: tuple,
-                 kwargs: dict[str, Any]) -> float:
-    """Largest |difference| of outputs and input grads between two calls on fresh copies of the same arguments."""
+def output_diffs(reference: Callable[..., Any], candidate: Callable[..., Any], args: tuple,
+                 kwargs: dict[str, Any]) -> tuple[float, float]:
+    """(absolute, relative) largest difference of outputs and input grads between two calls on fresh copies of
+    the same arguments; relative is each tensor's largest |difference| over its reference's largest |value|."""
     import torch
     from torch.utils._pytree import tree_leaves
 
@@ -128,8 +135,12 @@ def max_abs_diff(reference: Callable[..., Any], candidate: Callable[..., Any], a
         grads = [a.grad for a in fresh if isinstance(a, torch.Tensor) and a.grad is not None]
         return [t.detach().float() for t in (*outs, *grads)]
 
-    pairs = list(zip(run(reference), run(candidate), strict=True))
-    return max(float((a - b).abs().max()) for a, b in pairs) if pairs else 0.0
+    pairs = [(a, b) for a, b in zip(run(reference), run(candidate), strict=True) if a.numel()]
+    if not pairs:
+        return 0.0, 0.0
+    absolute = [float((a - b).abs().max()) for a, b in pairs]
+    scale = [max(float(a.abs().max()), 1e-12) for a, _ in pairs]
+    return max(absolute), max(d / m for d, m in zip(absolute, scale))
 
 
 def measure_best_known(region: str, eager: Callable[..., Any], args: tuple, kwargs: dict[str, Any], *,
@@ -150,17 +161,19 @@ def measure_best_known(region: str, eager: Callable[..., Any], args: tuple, kwar
     base = BestKnown(kernel=kernel.name, source=source, note=kernel.note)
     call = functools.partial(kernel.call, **kwargs)
     try:
-        diff = max_abs_diff(eager, kernel.call, args, kwargs)
+        absolute, relative = output_diffs(eager, kernel.call, args, kwargs)
     except Exception as exc:  # a library kernel that refuses these shapes is a finding, not a crash of the op's row
         return base.model_copy(update={"reason": f"{kernel.name} raised on the op's arguments: "
                                                  f"{type(exc).__name__}: {exc}"})
-    if diff > MATCH_ATOL:
-        return base.model_copy(update={"max_abs_diff": diff, "reason": f"{kernel.name} differs from the region by "
-                                       f"{diff:.3g} (> {MATCH_ATOL}): not the same op, so not a best-known time"})
+    diffs = {"max_abs_diff": absolute, "max_rel_diff": relative}
+    if relative > MATCH_RTOL:
+        return base.model_copy(update={**diffs, "reason": f"{kernel.name} differs from the region by {absolute:.3g} "
+                                       f"({relative:.2g} of the largest value > {MATCH_RTOL:.2g}): not the same op, "
+                                       "so not a best-known time"})
     step = grad_step(lambda: call(*args)) or (lambda: call(*args))
     timing = measure_step(step, warmup=warmup, iters=iters, device=device)
     device_ms = profile_kernels(step, steps=iters, device=device).total_ms_per_step
-    return base.model_copy(update={"fwdbwd_ms": timing.samples_ms, "device_ms": device_ms, "max_abs_diff": diff})
+    return base.model_copy(update={**diffs, "fwdbwd_ms": timing.samples_ms, "device_ms": device_ms})
 
 
 def per_call_ms(best: dict[str, Any] | None, *, device_time: bool) -> float | None:
@@ -180,4 +193,5 @@ def describe(best: dict[str, Any] | None) -> str:
         return "not measured (no best-known data)"
     if best.get("reason"):
         return best["reason"]
-    return f"{best['kernel'].rsplit('.', 1)[-1]} ({best['source']}; max |diff| {best['max_abs_diff']:.2g})"
+    return (f"{best['kernel'].rsplit('.', 1)[-1]} ({best['source']}; max |diff| {best['max_abs_diff']:.2g}, "
+            f"{best['max_rel_diff']:.2g} of the largest value)")
