@@ -103,3 +103,15 @@ def test_liger_kernels_match_and_time_on_the_harness_ops() -> None:
         assert best.max_rel_diff <= MATCH_RTOL and len(best.fwdbwd_ms) == 3 and best.device_ms > 0, best
         seen.add(region)
     assert seen == set(KERNELS)
+
+
+def test_not_tested_says_why_a_best_known_kernel_was_not_timed_here() -> None:
+    from phases.local_compile_perf.findings import NOT_TESTED, not_tested
+
+    cpu = ("liger_kernel.ops.swiglu.LigerSiLUMulFunction is a Triton kernel: it runs on CUDA only, and this run's "
+           "device is cpu")
+    ops = [{"best_known_ms": None, "best_known": cpu}, {"best_known_ms": 0.2, "best_known": "LigerRMSNormFunction"},
+           {"best_known_ms": None, "best_known": "no best-known kernel: none for the router"}]
+    assert not_tested({"ops": ops}) == (*NOT_TESTED, f"best-known kernel: {cpu}")
+    assert not_tested(None) == NOT_TESTED and not any("Liger" in n and "not benchmarked" in n and "other than" not in n
+                                                      for n in NOT_TESTED)
