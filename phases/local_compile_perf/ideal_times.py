@@ -3,8 +3,9 @@
 The denominator is the copy bandwidth measured on this device (kit bandwidth; on a CPU
 host a host-memcpy number that says so). Each glue op (a region's call signature) is timed
 alone in eager at the largest token count, forward and forward+backward, and its ideal is
-its boundary bytes over that bandwidth. Best-known kernels are not benchmarked by the
-engine; the column says so. Each op's measured samples are recorded as measurements.
+its boundary bytes over that bandwidth. Beside each op, its best-known kernel (work/best_known.py:
+Liger-Kernel's, on CUDA) is timed on the same arguments, or the row says why it was not. Each op's
+measured samples are recorded as measurements.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.bandwidth import BandwidthRequest
 from phases.local_compile_perf.devlog import log, renders_devlog
 from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
 
 BANDWIDTH = "phases.kit.bandwidth:bandwidth_worker"
@@ -69,8 +71,11 @@ def build_gap_rows(ops: list[dict[str, Any]], *, bandwidth_tbs: float) -> list[d
         calls = op["calls_per_step"]
         nbytes = op["fwd_bytes"] + (op["bwd_bytes"] if op["fwdbwd_ms"] else 0)
         ideal = ideal_ms(nbytes, bandwidth_tbs) * calls
+        best = per_call_ms(op.get("best_known"), device_time=False)
         rows.append({"op": op["op"], "region": op["region"], "calls_per_step": calls, "shapes": op["shapes"],
                      "fwd_ms": fwd * calls, "bwd_ms": max(total - fwd, 0.0) * calls, "measured_ms": total * calls,
                      "ideal_ms": ideal, "gap_ms": total * calls - ideal, "bytes": nbytes * calls,
-                     "eager_bytes": sum(op["eager_bytes"].values()) * calls, "best_known_ms": None})
+                     "eager_bytes": sum(op["eager_bytes"].values()) * calls,
+                     "best_known_ms": best * calls if best is not None else None,
+                     "best_known": describe(op.get("best_known"))})
     return rows

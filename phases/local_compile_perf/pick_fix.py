@@ -48,16 +48,26 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms"
                         for r in rank["ranked"][:5])
     idle = not_enabled(ctx.target, stack_tip(ctx.state))
+    offers = best_known_offers(ctx.results.get("ideal_times", {}).get("rows", []))
     issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
                   message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
                           f"{message or 'none above the threshold'}; stop rule: {now.reason}; "
                           f"a candidate enables only the regions it names (--regions a,b or none); declared and "
-                          f"not enabled on the stack: {', '.join(f'{r} ({p})' for r, p in idle.items()) or 'none'}")
+                          f"not enabled on the stack: {', '.join(f'{r} ({p})' for r, p in idle.items()) or 'none'}; "
+                          f"best-known kernels faster than the op (a candidate calls one from the region's function): "
+                          f"{'; '.join(offers) or 'none measured'}")
     question = Question(key="candidates", prompt="Is the stack complete? Answer done to write the stack and "
                         "findings; otherwise submit another candidate branch.", choices=("done",), human_only=False)
     data = {"ranked": rank["ranked"], "stop": rank["stop"], "stop_now": now.as_data(),
-            "stack": stack_entries(ctx.state), "verdicts": verdicts(ctx.state), "regions_not_enabled": idle}
+            "stack": stack_entries(ctx.state), "verdicts": verdicts(ctx.state), "regions_not_enabled": idle,
+            "best_known_offers": offers}
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
+
+
+def best_known_offers(rows: list[dict[str, Any]]) -> list[str]:
+    """The ideal-times rows whose best-known kernel beat the op as measured there (eager, same arguments)."""
+    return [f"{r['op']}: {r['best_known']} {r['best_known_ms']:.4f} ms/step against {r['measured_ms']:.4f} eager"
+            for r in rows if r.get("best_known_ms") is not None and r["best_known_ms"] < r["measured_ms"]]
 
 
 def take_submission(ctx: PhaseContext, submission: dict[str, Any]) -> PhaseResult:

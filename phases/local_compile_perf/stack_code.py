@@ -23,6 +23,7 @@ from phases.local_compile_perf.candidates import IN_CHECKOUT, in_checkout
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
 from phases.local_compile_perf.records import Cell, Plan
 from phases.local_compile_perf.stack import add_detached_worktree, recipe_regions, remove_worktree
+from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 
@@ -97,7 +98,8 @@ def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str], *,
     nbytes = op["fwd_bytes"] + (op["bwd_bytes"] if op["fwdbwd_ms"] else 0)
     measured, ideal = per_call * calls, ideal_ms(nbytes, bandwidth_tbs) * calls
     row = {"op": op["op"], "region": op["region"], "compiled": op["compiled"], "measured_ms": measured,
-           "timer": "device" if device_ms is not None else "call", "gemm_gflop": op.get("gemm_flops", 0) / 1e9}
+           "timer": "device" if device_ms is not None else "call", "gemm_gflop": op.get("gemm_flops", 0) / 1e9,
+           **best_known_cells(op, calls=calls, measured_ms=measured, device_time=device_ms is not None)}
     if not nbytes:
         return {**row, "ideal_ms": 0.0, "ratio": None, "eager_traffic_ratio": None,
                 "blocker": "no ideal: the op moves no tensor bytes across its boundary"}
@@ -109,6 +111,19 @@ def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str], *,
             "blocker": blocker_text(compiled=op["compiled"], ratio=ratio, traffic=traffic, notes=notes,
                                     per_call_ms=per_call, floor_ms=None if device_ms is not None else floor_ms,
                                     gemm_gflop=row["gemm_gflop"])}
+
+
+def best_known_cells(op: dict[str, Any], *, calls: int, measured_ms: float, device_time: bool) -> dict[str, Any]:
+    """The op's best-known kernel per step, by the op's own timer, and what the findings make of it."""
+    per_call = per_call_ms(op.get("best_known"), device_time=device_time)
+    best_ms = per_call * calls if per_call is not None else None
+    cells = {"best_known_ms": best_ms, "best_known": describe(op.get("best_known")), "best_known_beats": None}
+    if best_ms is not None and best_ms < measured_ms:
+        cells["best_known_beats"] = (
+            f"the best-known kernel takes {best_ms:.4f} ms/step against the stack's {measured_ms:.4f}: a candidate "
+            "the workflow can take (the region's function calls it; the target then depends on its package), "
+            "not taken in this stack: no candidate calling it was submitted")
+    return cells
 
 
 def blocker_text(*, compiled: bool, ratio: float, traffic: float, notes: list[str], per_call_ms: float,

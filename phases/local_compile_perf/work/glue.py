@@ -24,6 +24,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict
 
 from phases.kit.harness import HarnessRequest, TimingKnobs
+from phases.local_compile_perf.work.best_known import BestKnown, measure_best_known
 
 
 class GlueRequest(HarnessRequest):
@@ -56,6 +57,8 @@ class GlueOp(BaseModel):
     None off CUDA."""
     gemm_flops: int = 0
     """Matmul FLOPs of one call of the eager function (fwd+bwd when it has a backward)."""
+    best_known: BestKnown | None = None
+    """The op's best-known kernel timed on the same arguments, or why it was not (work/best_known.py)."""
 
 
 class GlueResponse(BaseModel):
@@ -144,10 +147,13 @@ def measure_glue_op(op: str, region: str, entry: dict[str, Any], slot: Any, *,
     device_ms = profile_kernels(step or (lambda: timed(*args)), steps=iters, device=device).total_ms_per_step \
         if is_cuda(device) else None
     ideal = boundary_bytes(eager, *args)
+    best = measure_best_known(region, slot.fn, args, entry["kwargs"], device=device, warmup=warmup, iters=iters,
+                              grad_step=_grad_step)
     return GlueOp(op=op, region=region, calls_per_step=entry["calls"], shapes=_signature(args, entry["kwargs"]),
                   fwd_ms=fwd.samples_ms, fwdbwd_ms=fwdbwd, fwd_bytes=ideal["fwd"], bwd_bytes=ideal["bwd"],
                   eager_bytes=sum_bytes(record_op_bytes(eager, *args)), compiled=slot.compiled is not None,
-                  device_ms=device_ms, gemm_flops=gemm_flops(eager, args, backward=step is not None))
+                  device_ms=device_ms, gemm_flops=gemm_flops(eager, args, backward=step is not None),
+                  best_known=best)
 
 
 def gemm_flops(fn: Callable[..., Any], args: tuple, *, backward: bool) -> int:
