@@ -255,3 +255,16 @@ def test_next_steps_in_a_phase_without_edits_point_to_its_submission_and_to_a_pe
     assert steps[-1] == "call advance to re-run the phase"
     fresh = next_steps({**state, "issues": [], "attempts": {}}, SimpleNamespace(allowed_paths=()))
     assert fresh == ["call advance to run the phase"]
+
+
+def test_why_names_the_findings_a_person_decides_when_no_question_is_pending() -> None:
+    """A phase can wait for a person on a finding alone (e.g. a synthetic-config rule the model cannot meet):
+    the trial's agent read "waiting for a human to answer: " with nothing after it."""
+    from orchestrator.agent.views import why_waiting
+
+    state = {"status": "waiting", "violations": [], "awaiting": "human", "pending": [], "phase": "synthetic_config",
+             "issues": [{"code": "synthetic_rule_broken", "message": "m", "fix_location": "f"}], "summary": "s"}
+    assert why_waiting(state) == ("waiting for a human: a decision on synthetic_rule_broken (waive with a reason, "
+                                  "or abort)")
+    asked = {**state, "pending": [{"key": "branch"}, {"key": "commit"}]}
+    assert why_waiting(asked) == "waiting for a human: answer branch, commit"

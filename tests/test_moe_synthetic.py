@@ -134,11 +134,14 @@ def test_synthetic_entries_follow_the_rules(synthetic: dict[str, dict]) -> None:
 
 
 @pytest.mark.slow
-def test_gpt_oss_entry_is_rejected_because_it_refuses_sdpa(synthetic: dict[str, dict]) -> None:
-    # Observed with transformers 5.24: GptOssForCausalLM rejects attn_implementation="sdpa",
-    # which the skill's rules require; the check reports it instead of silently changing it.
+def test_gpt_oss_entry_breaks_the_sdpa_rule_in_the_open_and_uses_eager(synthetic: dict[str, dict]) -> None:
+    # Observed with transformers 5.24: GptOssForCausalLM (and Flint: attention sinks) has no sdpa path,
+    # which the skill's rules require. The check reports the broken rule (a person's waiver) and the entry
+    # says eager: before, a waiver only moved the stop to numerics, which raised the same sdpa refusal.
     (problem,) = synthetic["gpt_oss"]["checks"]
-    assert "cannot build the entry on meta" in problem and "scaled_dot_product_attention" in problem
+    assert problem.startswith("attn_implementation: GptOssForCausalLM has no sdpa path") and "waives" in problem
+    assert synthetic["gpt_oss"]["entry"]["attn_implementation"] == "eager"
+    assert synthetic["gpt_oss"]["moe_layers_built"] == [0]
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ def why_waiting(state: dict[str, Any]) -> str:
     if state["violations"]:
         return "a rule is broken: " + "; ".join(f"{v['guard']}: {v['message']}" for v in state["violations"])
     if state["awaiting"] == "human":
-        return "waiting for a human to answer: " + ", ".join(q["key"] for q in state["pending"])
+        return "waiting for a human: " + "; ".join(human_asks(state))
     if state["awaiting"] == "job":
         return f"waiting for cluster job(s): {state['summary']}; advance again once they end"
     if state["awaiting"] == "agent":
@@ -47,6 +47,16 @@ def why_waiting(state: dict[str, Any]) -> str:
     if state["status"] == "failed":
         return f"phase {state['phase']} failed: {state['summary']}"
     return f"phase {state['phase']} is ready to run; call advance"
+
+
+def human_asks(state: dict[str, Any]) -> list[str]:
+    """What a person is waited on for: the pending questions, else the findings only a person can pass."""
+    if state["pending"]:
+        return [f"answer {', '.join(q['key'] for q in state['pending'])}"]
+    codes = ", ".join(i["code"] for i in state["issues"])
+    if codes:
+        return [f"a decision on {codes} (waive with a reason, or abort)"]
+    return [f"the phase's summary: {state['summary']}"]
 
 
 def what_a_person_can_do(state: dict[str, Any]) -> list[str]:

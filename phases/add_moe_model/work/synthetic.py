@@ -43,9 +43,10 @@ def build_synthetic(request: dict) -> dict:
     """Worker entry: SyntheticRequest dict in, SyntheticResponse dict out."""
     req = SyntheticRequest.model_validate(request)
     real = build_hf_config(req.source)
-    entry = build_synthetic_entry(real)
+    entry, no_sdpa = fit_attention(build_synthetic_entry(real))
     report("validating the synthetic config", model_type=entry["model_type"])
-    problems = check_synthetic_config(entry, real)
+    problems = [no_sdpa if no_sdpa and p.startswith("attn_implementation=") else p
+                for p in check_synthetic_config(entry, real)]
     moe_layers, build_problems = probe_entry_build(entry)
     return SyntheticResponse(
         entry=entry, checks=problems + build_problems, moe_layers_built=moe_layers,
@@ -68,6 +69,26 @@ def build_synthetic_entry(real: Any) -> dict[str, Any]:
     if layers and layers[0] > 0:
         entry = build_scaled_kwargs(real, ScalePlan(num_layers=layers[0] + 1))
     return entry
+
+
+def fit_attention(entry: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The skill's sdpa, unless the model class has none: then eager, and the broken rule said ("" when kept).
+
+    The entry is changed in the open: the rule stays broken until a person waives it, and the waiver
+    then measures what the entry says (HF and Titan both on eager) instead of stopping again on sdpa.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        model_class = AutoModelForCausalLM._model_mapping[type(AutoConfig.for_model(**entry))]
+    except (KeyError, ValueError, TypeError):
+        return entry, ""  # the meta build says what is wrong with the entry itself
+    if getattr(model_class, "_supports_sdpa", True):
+        return entry, ""
+    return {**entry, "attn_implementation": "eager"}, (
+        f"attn_implementation: {model_class.__name__} has no sdpa path in transformers (_supports_sdpa is False), "
+        "so the skill's attn_implementation='sdpa' cannot hold; the entry uses eager, which HF and Titan then both "
+        "run: a person waives this rule to measure with eager, or aborts")
 
 
 def check_synthetic_config(entry: dict[str, Any], real: Any) -> list[str]:
