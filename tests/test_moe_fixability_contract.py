@@ -71,3 +71,13 @@ def test_survey_notes_fixability_only_on_probe_findings_labelled_fixable(tmp_pat
     reasons = row_from_run("ernie4_5_moe", "type:ernie4_5_moe", state, tmp_path).reasons
     assert reasons[0].endswith("reference fix tested on " + PROVEN["state_dict_keys_unmapped"] + "]")
     assert "clearable" not in reasons[1] and "not yet shown" not in reasons[1]
+
+
+def test_the_probe_notes_let_the_agent_escalate_what_no_fix_can_clear() -> None:
+    """Blind trial (longcat_flash's zero-computation experts): the probe's notes said "Do not ask" while
+    docs/agents.md says to escalate a finding no fix in the allowed paths can clear; the agent met both."""
+    from phases.add_moe_model.workflow import NOTES
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
+    assert "escalate" in NOTES["probe"] and "Do not ask;" not in NOTES["probe"]
+    assert "When no fix inside the allowed paths can clear a finding, `escalate`" in docs

@@ -24,8 +24,10 @@ REMEASURE = {"remeasure": "numerics"}
 
 NOTES = {
     "probe": "Fix every fixable issue inside the experiment folder (state_dict_adapter.py, moe_replacement.py, "
-             "hf_sharding.py, model.py), then advance: the probe re-runs on your edited checkout. Do not ask; "
-             "do not edit core (torchtitan/models, distributed, components).",
+             "hf_sharding.py, model.py), then advance: the probe re-runs on your edited checkout. Do not ask about "
+             "what you can fix; do not edit core (torchtitan/models, distributed, components). A finding whose cause "
+             "no edit there can remove (a core feature Titan lacks, transformers, the config): escalate with the "
+             "evidence, and a person waives it or aborts.",
     "synthetic_config": "The entry keeps the real hidden/intermediate/moe sizes, 8 experts, top-2, vocab 256, "
                         "max_position_embeddings 64, sdpa, use_cache False, heads dividing hidden.",
     "numerics": "HF is the gold standard: never patch HF modules, never loosen thresholds (PASS KL<1e-6, WARN<1e-3). "
