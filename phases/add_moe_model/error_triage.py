@@ -68,9 +68,12 @@ def triage_error(model_type: str, error_type: str, error: str, *, origin: str | 
     if origin == "target" and frame and not in_experiment(frame):
         return Issue(code="raised_in_torchtitan_core", message=f"{model_type}: {error}",
                      fix_location=f"{frame_file(frame)} ({frame}), torchtitan's own code outside the experiment "
-                                  "folder (a caller in the experiment folder may have passed it something wrong: the "
-                                  "error's frames say). A person decides: waive with a reason (`orchestrator resume "
-                                  "RUN --waive raised_in_torchtitan_core --reason TEXT`), fix core, or abort")
+                                  f"folder. Core runs the MoE that {EXP}moe_replacement.py (_probe_hf_moe_block, "
+                                  "_build_moe_config) configured, so a wrong value there can surface here (seen: a "
+                                  "top_k the routed experts' dispatcher did not share with the router raised "
+                                  "IndexError in token_dispatcher.py): a person checks that first, then waives with "
+                                  "a reason (`orchestrator resume RUN --waive raised_in_torchtitan_core --reason "
+                                  "TEXT`), fixes core, or aborts")
     if in_experiment(frame):
         return Issue(code="numerics_error", message=f"{model_type}: {error}",
                      fix_location=f"{frame_file(frame)} ({frame}), in the experiment folder")
