@@ -1,5 +1,8 @@
 """The skill's failure triage (A.3) for an exception of a numerics worker: whose fix it is, and where.
 
+Whose it is follows the innermost frame outside torch (work/error_origin.py): transformers and torchtitan core
+wait for a person, the experiment folder goes to the agent with the file the frame is in, our own code fails.
+
 Both comparisons use it: the synthetic one (``numerics``) and the pretrained one (``pretrained``), which
 prefixes the codes with ``pretrained_``. Engine side: no torch here.
 """

@@ -23,6 +23,8 @@ NUMERICS_TEST = ("tests/test_moe_fixability_numerics.py::"
 
 # code -> (the experiment-folder file its reference fix changes, the test that shows the finding clear)
 PROVEN: dict[str, tuple[str, str]] = {
+    # Proven where the innermost frame is the experiment folder (the finding names that file); with no frame
+    # there and none in core (our worker's frame, or none recorded) it names the frame it has, unproven.
     "numerics_error": ("moe_replacement.py (innermost frame in the experiment folder; Qwen3-30B-A3B: top-k looked "
                        "up by the real model's expert count)", NUMERICS_TEST),
     "probe_value_error": ("moe_replacement.py (Qwen3-30B-A3B: a guard for the real model's expert count)",
