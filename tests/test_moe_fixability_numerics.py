@@ -34,12 +34,13 @@ CORE_ONLY = ("phases.add_moe_model.work", "torch", "transformers", "torchtitan",
 
 
 def _waits_at_numerics_on(state: dict, slip: slips.Slip, *also: str) -> None:
-    """The run waits for the agent at numerics on ``slip``'s code (and ``also``), naming the file it changed."""
+    """The run waits for the agent at numerics on ``slip``'s code (and ``also``), each naming the file it changed."""
     assert state["phase"] == "numerics" and state["awaiting"] == "agent", state["summary"]
     by_code = {i["code"]: i for i in state["issues"]}
     assert set(by_code) == {slip.code, *also}, state["issues"]
-    named = by_code[slip.code]["fix_location"].split(" ", 1)[0]
-    assert slip.path.endswith(named.removeprefix(EXP)), (slip.path, by_code[slip.code]["fix_location"])
+    for issue in by_code.values():
+        named = issue["fix_location"].split(" ", 1)[0]
+        assert slip.path.endswith(named.removeprefix(EXP)), (slip.path, issue["fix_location"])
 
 
 def test_qwen3_numerics_findings_clear_one_by_one_under_reference_fixes_and_the_run_moves_on(tmp_path: Path) -> None:
