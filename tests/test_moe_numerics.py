@@ -121,7 +121,7 @@ def test_cosine_of_identical_outputs_is_one_at_the_skills_sizes() -> None:
     assert measure_output_gap(x, -x)["cos_sim"] == pytest.approx(-1.0)
 
 
-def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
+def test_decide_triages_errors_skips_and_bad_round_trips() -> None:
     probe = phase.decide([_result(
         "ERROR", error_type="ValueError",
         error="ValueError: Could not determine top_k [at moe_replacement.py:1 _resolve_top_k]")])
@@ -131,7 +131,8 @@ def test_decide_sends_errors_skips_and_bad_round_trips_to_the_agent() -> None:
     assert load.issues[0].fix_location == "state_dict_adapter.py"
     gmm = phase.decide([_result("ERROR", error_type="RuntimeError", error="RuntimeError: grouped_mm: bad offs")])
     assert gmm.issues[0].code == "grouped_mm_shape_error"
-    assert phase.decide([_result("SKIP")]).issues[0].code == "no_moe_layer"
+    skipped = phase.decide([_result("SKIP")])  # the synthetic entry is ours: a person's call, not the agent's
+    assert skipped.issues[0].code == "no_moe_layer" and skipped.outcome == "needs_human"
     rt = phase.decide([_result("PASS", rt="FAIL")])
     assert rt.outcome == "needs_agent" and rt.issues[0].code == "state_dict_roundtrip_failed"
     hf = phase.decide([_result("ERROR", error_type="RuntimeError", error="RuntimeError: expected m1 and m2 ...",

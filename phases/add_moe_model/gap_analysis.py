@@ -163,6 +163,10 @@ def explained(rows: list[dict[str, Any]]) -> bool:
 
 
 RESIDUAL = "residual_gap_unexplained"
+# The agent's fix is a hypothesis to measure, not a change to keep: the contract (fixability_numerics.LEDGER_PATCH)
+# records it so, and no experiment-folder edit is promised.
+RESIDUAL_FIX = ("a temporary hypothesis patch through the patch ledger (core files allowed; measured, then reverted "
+                "before the phase passes; never committed): not an edit of the experiment folder")
 
 
 def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]]) -> PhaseResult:
@@ -178,7 +182,7 @@ def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]]) -> PhaseResult
                           "verified kernel difference: trace router logits -> weights -> experts -> combine and submit "
                           "a hypothesis patch (tool submit, kind patch {diff, label}; CLI "
                           f"`orchestrator patch {ctx.run_id} --file PATCH --label TEXT`)",
-                  fix_location="temporary core patches through the ledger (never committed)")
+                  fix_location=RESIDUAL_FIX)
     return PhaseResult(outcome="needs_agent", summary=f"gap analysis: residual max_diff {fmt(rows[-1]['max_diff'])}",
                        data=data, issues=(issue,))
 

@@ -8,7 +8,10 @@ dominates a synthetic model's cost on CPU. Each row also says how firm its tier 
 float64, spread under a one-ulp input change: work/firmness.py). The verdict decides the
 route: PASS -> "pass"; WARN, FAIL, or a PASS that the spread carries across 1e-6 (shown
 "PASS|WARN") -> "gap" (Phase 3c is mandatory then); ERROR, SKIP or a failed state-dict
-round trip -> needs_agent with the skill's triage as issues.
+round trip -> the skill's triage as issues: needs_agent where the fix is the experiment folder's,
+needs_human where it is not (transformers, torchtitan core, our synthetic entry: ``NOT_THE_AGENTS``),
+failed where it is our own (``OURS``). Which codes go to the agent, and what each promises, is
+declared in ``fixability_numerics``.
 
 Where the target ships the skill's numerical_equivalence.py, that script runs too, for the
 same model (``tree_scripts``): its verbatim output and parsed verdict sit beside ours, with
@@ -47,6 +50,12 @@ DIAGNOSTIC_DTYPE = "float32"
 # Healthy models stayed above 0.99999 in the fp32 diagnostic on this CPU.
 DIAGNOSTIC_COS_FLOOR = 0.9999
 METRIC_UNITS = {"kl": "nats", "cos_sim": "ratio", "max_diff": "abs", "mean_diff": "abs"}
+# The synthetic entry is built by the orchestrator (Phase 2) and the MoE site is found by its worker: no edit in
+# the experiment folder gives the synthetic model an MoE layer, so a person decides.
+NO_MOE_LAYER_FIX = ("orchestrator: phases/add_moe_model/work/scaled_config.py (the synthetic entry's layer rules: "
+                    "first_k_dense_replace=0 / decoder_sparse_step=1 / mlp_layer_types=['sparse'] or more layers) or "
+                    "phases/add_moe_model/work/moe_blocks.py (find_moe_site); or a person waives it: "
+                    "`orchestrator resume RUN --waive no_moe_layer --reason TEXT`")
 
 
 class NumericsTable(BaseModel):
@@ -71,8 +80,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     from phases.add_moe_model.work.numerics import CompareResult
 
     entry = resolve_synthetic_entry(ctx.results)
-    if isinstance(entry, Issue):
-        return PhaseResult(outcome="needs_agent", summary=entry.message, issues=(entry,))
+    if isinstance(entry, Issue):  # the workflow's ordering, not the target: an error of ours
+        return PhaseResult(outcome="failed", summary=entry.message, issues=(entry,))
     shortfall = memory_shortfall(entry) if ctx.options.get("device", "auto") != "cuda" else None
     if shortfall:
         return PhaseResult(outcome="failed", summary=shortfall, data={"code": "insufficient_memory"})
@@ -235,8 +244,7 @@ def triage(r: Any) -> list[Issue]:
             fix_location="state_dict_adapter.py (_build_hf_to_titan_patterns / _build_titan_to_hf_patterns)"))
     if r.status == "SKIP":
         issues.append(Issue(code="no_moe_layer", message=f"{r.model_type}: the synthetic model has no MoE layer",
-                            fix_location="synthetic config: first_k_dense_replace=0 / decoder_sparse_step=1 / "
-                                         "mlp_layer_types=['sparse'] or more layers"))
+                            fix_location=NO_MOE_LAYER_FIX))
     firmness_error = (r.firmness or {}).get("error")
     if firmness_error:
         issues.append(Issue(code="firmness_error", message=f"{r.model_type}: the firmness measurement raised "

@@ -31,8 +31,10 @@ NOTES = {
     "synthetic_config": "The entry keeps the real hidden/intermediate/moe sizes, 8 experts, top-2, vocab 256, "
                         "max_position_embeddings 64, sdpa, use_cache False, heads dividing hidden.",
     "numerics": "HF is the gold standard: never patch HF modules, never loosen thresholds (PASS KL<1e-6, WARN<1e-3). "
-                "Fix ERROR/SKIP in the experiment folder: ValueError from the probe -> synthetic config; shape "
-                "mismatch -> adapter; grouped_mm RuntimeError -> expert weight shapes; FAIL -> routing or transfer.",
+                "Fix what a finding's fix_location puts in the experiment folder (the file of the frame that raised; "
+                "shape mismatch or dropped keys -> adapter; grouped_mm RuntimeError -> expert weight shapes; FAIL -> "
+                "routing or transfer). An error raised in transformers or torchtitan core, or a SKIP, waits for a "
+                "person.",
     "gap_analysis": "Fully automatic, no questions. Temporary core patches only through submit kind=patch (one at a "
                     "time, each measured); every patch is reverted with proof before the phase passes.",
     "parallelism": "TP sharding only via _sharding_config (colwise_config / rowwise_config / _replicate_config); "

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from phases.add_moe_model import fixability_numerics
 from phases.add_moe_model.fixability import clearable_note
 from phases.add_moe_model.tier_text import tier_text
 from phases.add_moe_model.work.error_origin import plumbing_failure
@@ -63,14 +64,20 @@ def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Pa
         return SurveyRow(**base, **_verdict(state, numerics, pending=pending))
     if state["status"] == "waiting":
         agent = state.get("awaiting") != "human"
-        # Only a probe finding labelled fixable promises an experiment-folder fix; the note says if one is shown.
-        reasons = [_issue_line(i) + (clearable_note(i["code"]) if agent and i["message"].startswith("[fixable]")
-                                     else "") for i in state.get("issues", [])]
+        reasons = [_issue_line(i) + (_promise(i) if agent else "") for i in state.get("issues", [])]
         reasons += [q["prompt"] for q in state.get("pending", [])]
         outcome = "needs_human" if state.get("awaiting") == "human" else "needs_agent"
         return SurveyRow(**base, outcome=outcome, reasons=reasons or [state.get("summary") or ""])
     roots = tuple(r for r in (state["target"], warm_root) if r)
     return SurveyRow(**base, **_failed(state, run_dir, roots))
+
+
+def _promise(issue: dict[str, Any]) -> str:
+    """What an agent-bound finding's fix is shown to be: a probe finding labelled fixable (fixability.py), or a
+    numerics / gap-analysis code (fixability_numerics.py: proven, not yet shown, or a ledger patch, not a fix)."""
+    if issue["message"].startswith("[fixable]"):
+        return clearable_note(issue["code"])
+    return fixability_numerics.promise(issue["code"])
 
 
 def waits_only_for_gpu_rows(state: dict[str, Any]) -> bool:

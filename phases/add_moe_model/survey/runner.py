@@ -146,8 +146,8 @@ def clone_target(root: Path, state_dir: Path, model_type: str) -> Path:
 class warm_worker:  # noqa: N801 - used as a context manager
     """Start ``orchestrator.warm_worker`` in ``root`` and point run_worker at it until exit."""
 
-    def __init__(self, root: Path, *, say: Callable[[str], None]) -> None:
-        self.root, self.say = root, say
+    def __init__(self, root: Path, *, say: Callable[[str], None], preload: tuple[str, ...] = PRELOAD) -> None:
+        self.root, self.say, self.preload = root, say, preload
 
     def __enter__(self) -> "warm_worker":
         from orchestrator.worker import use_warm_server, worker_env
@@ -157,7 +157,7 @@ class warm_worker:  # noqa: N801 - used as a context manager
         sock = str(Path(self.tmp.name, "sock"))
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.warm_worker", sock, str(self.root), *PRELOAD],
+            [sys.executable, "-m", "orchestrator.warm_worker", sock, str(self.root), *self.preload],
             cwd=self.root, env=worker_env(self.root), stdout=subprocess.PIPE, preexec_fn=die_with_parent)
         ready = json.loads(self.proc.stdout.readline() or b'{"ready": false}')
         self.ready_s = round(time.monotonic() - t0, 1) if ready.get("ready") else None
