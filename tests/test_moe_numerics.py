@@ -305,7 +305,9 @@ def test_gpt_oss_synthetic_rule_sdpa_is_an_error_raised_in_transformers_for_a_pe
     assert r["status"] == "ERROR" and "scaled_dot_product_attention" in r["error"], r
     decided = phase.decide([CompareResult.model_validate(r)])
     assert decided.outcome == "needs_human", decided
-    assert "raised_in_transformers" in {i.code for i in decided.issues}, decided.issues
+    # Blind trial (flint): the round trip never ran, so it blames no adapter (it read state_dict_roundtrip_failed).
+    assert r["roundtrip"]["status"] == "SKIP" and "not run" in r["roundtrip"]["error"], r["roundtrip"]
+    assert {i.code for i in decided.issues} == {"raised_in_transformers"}, decided.issues
 
 
 @pytest.mark.slow
