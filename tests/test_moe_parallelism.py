@@ -195,3 +195,22 @@ def test_accepting_unrun_rows_up_front_is_a_persons_start_option_only(tmp_path: 
     assert not (tmp_path / "state").exists()
     with pytest.raises(UsageError, match="--unrun-rows: Input should be 'accept'"):
         engine.start("add-moe-model", {"model": "Qwen/Qwen3-30B-A3B", "unrun_rows": "maybe"}, store=store)
+
+
+def test_a_build_error_is_named_for_the_code_that_raised_it() -> None:
+    """Blind trial (axk2): model.py's update_from_config raised on n_group=None at every world size, and the
+    three findings read module_without_sharding_config "unsharded: -" pointing at hf_sharding.py."""
+    from phases.add_moe_model.parallelism import build_check_issue
+
+    base = {"world_size": 2, "tp": 1, "ep": 2, "status": "FAIL", "unsharded_modules": []}
+    exp = "torchtitan/experiments/transformers_modeling_backend/model.py:513 update_from_config"
+    raised = {**base, "error": "TypeError: '>' not supported", "error_origin": "target", "error_frame": exp}
+    issue = build_check_issue(raised)
+    assert issue.code == "build_check_error" and issue.fix_location.startswith(
+        "torchtitan/experiments/transformers_modeling_backend/model.py (")
+    core = build_check_issue({**raised, "error_frame": "torchtitan/models/moe/moe.py:90 forward"})
+    assert core.code == "raised_in_torchtitan_core" and core.fix_location.startswith("torchtitan/models/moe/moe.py")
+    hf = build_check_issue({**raised, "error_origin": "transformers", "error_frame": "transformers/x.py:1 f"})
+    assert hf.code == "raised_in_transformers"
+    unsharded = build_check_issue({**base, "error": None, "unsharded_modules": ["layers.0.self_attn.g_proj"]})
+    assert unsharded.code == "module_without_sharding_config" and "g_proj" in unsharded.message

@@ -34,6 +34,7 @@ from phases.add_moe_model.parallel_matrix import (
     Row, TrainerPaths, base_record, matrix, row_from_run, torch_root_cause, trainer_command,
 )
 from phases.add_moe_model.parallel_jobs import WAITING, job_row, waiting_summary
+from phases.add_moe_model.error_triage import NOT_THE_AGENTS, frame_file, in_experiment
 from phases.add_moe_model.records import Synthetic
 
 BUILD_CHECK = "phases.add_moe_model.work.build_check:build_check"
@@ -155,14 +156,12 @@ def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
         return PhaseResult(outcome="failed", summary=summary, data=data, issues=tuple(unknown))
     if any(r["status"] == WAITING for r in rows):
         return PhaseResult(outcome="waiting_job", summary=waiting_summary(rows), data=data)
-    issues = [Issue(code="module_without_sharding_config",
-                    message=f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r['error'] or ''} "
-                            f"unsharded: {', '.join(r['unsharded_modules']) or '-'}",
-                    fix_location="hf_sharding.py (_set_layer_sharding_configs / set_hf_sharding_configs)")
-              for r in data["build_check"] if r["status"] == "FAIL"]
+    issues = [build_check_issue(r) for r in data["build_check"] if r["status"] == "FAIL"]
     issues += [Issue(code="torchrun_failed", message=f"{r['config']}: {r['error']} (root cause: {r['root_cause']})",
                      fix_location="experiment code (see the row's log)")
                for r in rows if r["status"] == "FAIL" and r.get("fixable")]
+    if any(i.code in NOT_THE_AGENTS for i in issues):
+        return PhaseResult(outcome="needs_human", summary=summary, data=data, issues=tuple(issues))
     if issues:
         return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=tuple(issues))
     unrun = [r for r in rows if r["status"] == "UNRUN"]
@@ -170,6 +169,28 @@ def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
         return PhaseResult(outcome="needs_human", summary=summary + f"; {len(unrun)} row(s) unrun", data=data,
                            questions=(unrun_question(ctx.run_id, unrun),))
     return PhaseResult(outcome="passed", summary=summary, data=data)
+
+
+def build_check_issue(r: dict[str, Any]) -> Issue:
+    """A failed world size, named for whose code failed: the sharding configs, or the frame that raised."""
+    head = f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r['error'] or ''}"
+    frame = r.get("error_frame")
+    if r["unsharded_modules"] or not frame:
+        return Issue(code="module_without_sharding_config",
+                     message=f"{head} unsharded: {', '.join(r['unsharded_modules']) or '-'}",
+                     fix_location="hf_sharding.py (_set_layer_sharding_configs / set_hf_sharding_configs)")
+    if in_experiment(frame):
+        return Issue(code="build_check_error", message=head,
+                     fix_location=f"{frame_file(frame)} ({frame}), in the experiment folder")
+    if r.get("error_origin") == "transformers":
+        return Issue(code="raised_in_transformers", message=head,
+                     fix_location=f"transformers ({frame}): a person waives with a reason or aborts")
+    if r.get("error_origin") == "target":
+        return Issue(code="raised_in_torchtitan_core", message=head,
+                     fix_location=f"{frame_file(frame)} ({frame}), torchtitan's own code outside the experiment "
+                                  "folder: a person waives with a reason, fixes core, or aborts")
+    return Issue(code="build_check_error", message=head,
+                 fix_location=f"the frame named in the error ({frame}); whose code it is was not determined")
 
 
 def declared_unsupported(row: dict[str, Any]) -> bool:

@@ -41,6 +41,11 @@ class WorldResult(BaseModel):
     ep: int
     status: Literal["PASS", "FAIL"]
     error: str | None = None
+    error_type: str | None = None
+    error_origin: str | None = None
+    """Whose code raised the build error: "transformers", "target", "orchestrator", "torch" or "other"."""
+    error_frame: str | None = None
+    """The innermost frame outside torch, "path:line function" (work/error_origin.py)."""
     unsharded_modules: list[str] = Field(default_factory=list)
     parallelize: Literal["PASS", "FAIL", "not_run"] = "not_run"
     parallelize_error: str | None = None
@@ -109,9 +114,11 @@ def check_world(cfg_dir: str, *, world_size: int, tp: int, ep: int, parallelize:
         return WorldResult(**base, status="PASS", parallelize=outcome, parallelize_error=p_error, checked=checked,
                            **summarize_placements(model))
     except Exception as exc:  # noqa: BLE001 - a build error is this world size's FAIL
-        from phases.add_moe_model.work.error_origin import describe_error
+        from phases.add_moe_model.work.error_origin import describe_error, error_origin
 
-        return WorldResult(**base, status="FAIL", error=describe_error(exc))
+        origin, frame = error_origin(exc)
+        return WorldResult(**base, status="FAIL", error=describe_error(exc), error_type=type(exc).__name__,
+                           error_origin=origin, error_frame=frame)
     finally:
         dist.destroy_process_group()
 
