@@ -161,21 +161,26 @@ class OpenRun:
 
     def _commit(self, events: list[dict[str, Any]], lines: list[bytes]) -> None:
         """The signed head, then the log (the order the module docstring explains)."""
-        head = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
-        genesis = self._genesis or events[0]["hash"]
-        if self._anchor is None:
-            self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
+        first, last = events[0], events[-1]
+        head, durable = Head(seq=last["seq"], hash=last["hash"]), self._durable
+        genesis = self._genesis or first["hash"]
+        anchor = self._anchor
+        if anchor is None:
+            anchor = self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
         if self._in_log:
-            sig = self._anchor.sign(head, self._durable)
-            start = events[0]["seq"]
-            events[0][SIGNED_HEAD] = signed_log.member_dict(head, sig, start=start)
+            sig = anchor.sign(head, durable)
+            start = first["seq"]
+            first[SIGNED_HEAD] = signed_log.member_dict(head, sig, start=start)
             lines[0] = with_signed_head(lines[0], signed_log.member(head, sig, start=start))
-            self._anchor.write(head, self._durable, sig=sig, sync=False)
+            anchor.write(head, durable, sig=sig, sync=False)
         else:
-            self._anchor.write(head, self._durable)
-        blob = memoryview(b"".join(lines))
-        while blob:
-            blob = blob[os.write(self._fd, blob):]
+            anchor.write(head, durable)
+        blob = lines[0] if len(lines) == 1 else b"".join(lines)
+        written = os.write(self._fd, blob)
+        if written < len(blob):  # a short write (a signal, a full disk): the rest, or the error it meets
+            rest = memoryview(blob)[written:]
+            while rest:
+                rest = rest[os.write(self._fd, rest):]
         os.fsync(self._fd)
         self._genesis, self._durable = genesis, head
 
