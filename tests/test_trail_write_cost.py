@@ -167,3 +167,16 @@ def test_a_signal_that_arrives_mid_write_is_handled_after_it(tmp_path: Path, mon
         signal.signal(signal.SIGINT, previous)
     assert events(tmp_path / "state", "r")[-1]["data"]["text"] == "landed whole"
     assert cli("audit", "r", state_dir=tmp_path / "state").returncode == 0
+
+
+def test_a_short_write_is_finished_before_the_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = RunStore(tmp_path / "state")
+    store.create_run("r", STARTED)
+    with store.open_run("r") as run:
+        real, sizes = os.write, []
+        monkeypatch.setattr(os, "write", lambda fd, data: sizes.append(len(data)) or real(fd, bytes(data[:7])))
+        run.append(ev.NoteAdded(kind="devlog", text="in pieces"))
+        monkeypatch.undo()
+    assert len(sizes) > 2 and sizes[1] == sizes[0] - 7
+    assert events(tmp_path / "state", "r")[-1]["data"]["text"] == "in pieces"
+    assert cli("audit", "r", state_dir=tmp_path / "state").returncode == 0
