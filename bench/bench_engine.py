@@ -7,7 +7,8 @@
    head on its line and in the anchor; one fsync), vs a bare fsync'd JSONL append: rounds side by
    side, the ratio is the median of the rounds' ratios                (goal >= 0.5 of it);
    beside them the same syscalls without any of our code (the ceiling of this design on this disk)
-   and the two syncs of the design before (anchor fdatasync'd, then the line fsync'd)
+   and the two syncs of the design before (anchor fdatasync'd, then the line fsync'd), and the CPU time
+   per write (the part of the engine's cost that the disk's speed does not change)
 3. `orchestrator audit` on a run of N events, signed head included (goal <= 2 s for 100,000)
 """
 
@@ -43,18 +44,28 @@ def measurement(i: int) -> ev.MeasurementRecorded:
                                   labels={"i": i}, provenance={"device": "cpu"})
 
 
-def make_run(state_dir: Path, n_events: int, *, batch: int = 1) -> tuple[str, float]:
-    """A run of ``n_events`` appended through OpenRun, ``batch`` events per fsync."""
+def make_run(state_dir: Path, n_events: int, *, batch: int = 1, cpu: list[float] | None = None) -> tuple[str, float]:
+    """A run of ``n_events`` appended through OpenRun, ``batch`` events per fsync; the process's (user, system)
+    CPU seconds per event appended to ``cpu``: user time is our code's, which the disk's speed does not change."""
     store = RunStore(state_dir)
     run_id = "bench-run"
     store.create_run(run_id, ev.RunStarted(workflow="bench", target=str(ROOT), options={}, base={},
                                            initial_phase="p"))
     with store.open_run(run_id) as run:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), _cpu()
         for i in range(0, n_events - 1, batch):
             run.append_many([measurement(j) for j in range(i, min(i + batch, n_events - 1))], phase="p")
         seconds = time.perf_counter() - started
+        if cpu is not None:
+            cpu.append(tuple((now - then) / (n_events - 1) for now, then in zip(_cpu(), cpu_started)))
     return run_id, (n_events - 1) / seconds
+
+
+def _cpu() -> tuple[float, float]:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
 
 
 def bare_fsync_rate(path: Path, n: int) -> float:
@@ -107,8 +118,9 @@ def append_ratios(tmp: Path, *, rounds: int, n: int) -> dict[str, float]:
     or quieter during the run hits all alike.
     """
     rates: dict[str, list[float]] = {"bare": [], "engine": [], "one_sync": [], "two_syncs": []}
+    cpu: list[tuple[float, float]] = []
     runs = {"bare": lambda i: bare_fsync_rate(tmp / f"bare-{i}.jsonl", n),
-            "engine": lambda i: make_run(tmp / f"single-{i}", n)[1],
+            "engine": lambda i: make_run(tmp / f"single-{i}", n, cpu=cpu)[1],
             "one_sync": lambda i: syncs_rate(tmp, n, head_synced=False),
             "two_syncs": lambda i: syncs_rate(tmp, n, head_synced=True)}
     for index in range(rounds):
@@ -117,6 +129,8 @@ def append_ratios(tmp: Path, *, rounds: int, n: int) -> dict[str, float]:
     result = {name: statistics.median(values) for name, values in rates.items()}
     for name in ("engine", "one_sync", "two_syncs"):
         result[f"{name}_ratio"] = statistics.median(r / b for r, b in zip(rates[name], rates["bare"]))
+    result["engine_user_us"] = statistics.median(u for u, _ in cpu) * 1e6
+    result["engine_system_us"] = statistics.median(s for _, s in cpu) * 1e6
     return result
 
 
@@ -152,7 +166,9 @@ def main() -> None:
           f"side by side; goal >= 0.5)\n  its syscalls alone (head pwritten in place, line + fsync; no signing, no "
           f"code): {appended['one_sync']:,.0f}/s -> {appended['one_sync_ratio']:.2f} of the floor; the design before "
           f"(head + fdatasync, then line + fsync): {appended['two_syncs']:,.0f}/s -> "
-          f"{appended['two_syncs_ratio']:.2f}")
+          f"{appended['two_syncs_ratio']:.2f}\n  CPU per signed write of one event: user "
+          f"{appended['engine_user_us']:.0f} us (our code and the signing, the caller's model included), system "
+          f"{appended['engine_system_us']:.0f} us")
     print(f"append, group commit of 20 events per fsync: {grouped:,.0f} events/s")
     print(f"audit of {args.events:,} events: {audit_s:.2f} s (goal <= 2 s); "
           f"with --schema (pydantic per event): {audit_schema_s:.2f} s\n  {signed_by}")

@@ -62,15 +62,10 @@ def register(main: click.Group, command: Callable) -> None:
     @click.option("--to", "to", required=True,
                   help="FILE, or git:REPO (ref refs/orchestrator/witness/RUN), somewhere this machine cannot rewrite.")
     def witness_cmd(settings: Any, run_id: str, to: str) -> int:
-        """Copy RUN's current signed head out; `audit --witness` later checks the trail extends it."""
-        from orchestrator.trail.anchor import anchor_path
-        from orchestrator.trail.witness import write_witness
+        """Copy RUN's newest signed head (the one its log proves) out; `audit --witness` checks the trail extends it."""
+        from orchestrator.trail.witness import head_to_witness, write_witness
 
-        genesis = settings.store().read_first_event(run_id)["hash"]
-        try:
-            record = json.loads(anchor_path(run_id, genesis).read_bytes())
-        except (OSError, ValueError):
-            raise UsageError(f"run {run_id} has no readable signed head in this anchor dir") from None
+        record = head_to_witness(settings.store().run_dir(run_id))
         where = write_witness(to, run_id, json.dumps(record, indent=1).encode() + b"\n")
         print(f"{run_id}: head seq {record['seq']} witnessed in {where}")
         return EXIT_OK

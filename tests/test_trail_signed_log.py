@@ -218,6 +218,70 @@ def test_truncation_behind_a_witnessed_head_is_caught_while_the_anchor_lags(run:
     assert [f["check"] for f in audit["findings"]] == ["witness"], audit
 
 
+def test_witness_takes_the_logs_last_signed_head_when_the_anchor_lags(run: tuple[RunStore, Path],
+                                                                     tmp_path: Path) -> None:
+    """After a power loss the anchor may name an older head: the witness takes the head the log proves, so a
+    later cut back to the anchor's head is caught."""
+    store, run_dir = run
+    anchor = anchor_path("r", events(store.state_dir, "r")[0]["hash"])
+    older = anchor.read_bytes()
+    with store.open_run("r") as opened:
+        opened.append(note("five"))
+        opened.append_many([note("six"), note("seven")])
+    anchor.write_bytes(older)  # its page never went out: it names seq 4, the log is signed to seq 7
+    witness = tmp_path / "witnessed.json"
+    shown = cli("witness", "r", "--to", str(witness), state_dir=store.state_dir)
+    assert shown.returncode == 0 and "head seq 7 witnessed" in shown.stdout, shown.stdout + shown.stderr
+    record = json.loads(witness.read_text())
+    assert (record["seq"], record["prev"][0]) == (7, 5) and record["hash"] == events(store.state_dir, "r")[7]["hash"]
+    assert cli("audit", "r", "--witness", str(witness), state_dir=store.state_dir).returncode == 0
+    write_log(run_dir, events(store.state_dir, "r")[:5])  # back to the anchor's head: passes without the witness
+    assert findings(run_dir) == []
+    audit = json.loads(cli("audit", "r", "--json", "--witness", str(witness), state_dir=store.state_dir).stdout)
+    assert [f["check"] for f in audit["findings"]] == ["witness"], audit
+
+
+def test_witness_takes_no_head_of_a_write_that_did_not_land(run: tuple[RunStore, Path], tmp_path: Path) -> None:
+    """A write cut short (the anchor one write ahead): the witness takes the log's last complete head, which the
+    repair keeps, not the head announced."""
+    store, run_dir = run
+    log, snapshot = run_dir / "events.jsonl", run_dir / "run.json"
+    before, stale = log.read_bytes(), snapshot.read_bytes()
+    with store.open_run("r") as opened:
+        opened.append_many([note("five"), note("six")])
+    log.write_bytes(before + log.read_bytes()[len(before):].split(b"\n")[0] + b"\n")  # only the first line landed
+    snapshot.write_bytes(stale)  # the writer never reached its flush
+    witness = tmp_path / "witnessed.json"
+    assert cli("witness", "r", "--to", str(witness), state_dir=store.state_dir).returncode == 0
+    assert json.loads(witness.read_text())["seq"] == 4
+    with store.open_run("r") as opened:  # the repair, then a write that takes the place of the lost one
+        opened.append(note("after"))
+    assert cli("audit", "r", "--witness", str(witness), state_dir=store.state_dir).returncode == 0
+
+
+def test_witness_refuses_a_trail_with_a_finding(run: tuple[RunStore, Path], tmp_path: Path) -> None:
+    store, run_dir = run
+    trail = events(store.state_dir, "r")
+    write_log(run_dir, [*trail, appended(trail, "forged")])  # lines no signed head announces
+    witness = tmp_path / "witnessed.json"
+    shown = cli("witness", "r", "--to", str(witness), state_dir=store.state_dir)
+    assert shown.returncode != 0 and "no signed head" in shown.stderr + shown.stdout and not witness.exists()
+
+
+def test_witness_of_a_run_made_before_in_log_heads_copies_its_anchor_record(tmp_path: Path) -> None:
+    from tests.reliability_kit import legacy_anchor_run
+
+    store = RunStore(tmp_path / "state")
+    legacy_anchor_run(store, "r", STARTED)
+    with store.open_run("r") as opened:
+        opened.append(note("one"))
+    witness = tmp_path / "witnessed.json"
+    assert cli("witness", "r", "--to", str(witness), state_dir=store.state_dir).returncode == 0
+    anchor = anchor_path("r", events(store.state_dir, "r")[0]["hash"])
+    assert json.loads(witness.read_text()) == json.loads(anchor.read_bytes())
+    assert cli("audit", "r", "--witness", str(witness), state_dir=store.state_dir).returncode == 0
+
+
 def test_a_signed_head_added_to_a_run_made_before_in_log_heads_is_a_finding(tmp_path: Path) -> None:
     """The member is not hashed, so the chain alone would not notice it on a run whose genesis names no in-log heads."""
     from tests.reliability_kit import legacy_anchor_run

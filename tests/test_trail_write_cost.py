@@ -132,3 +132,51 @@ def test_a_crash_between_the_anchor_and_the_log_audits_and_heals_as_before(tmp_p
         run.append(ev.NoteAdded(kind="devlog", text="next"))
     assert [e["data"].get("text") for e in events(state, "r")] == [None, "kept", "next"]
     assert cli("audit", "r", state_dir=state).returncode == 0
+
+
+def test_utc_now_writes_what_datetime_isoformat_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from orchestrator.trail import writer
+
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    for ns in (0, 1_764_747_000_123_456_789, 1_764_747_000_999_999_999, 1_764_747_001_000_000_000,
+               253_402_300_799 * 10**9):
+        monkeypatch.setattr(writer.time, "time_ns", lambda ns=ns: ns)
+        assert writer.utc_now() == (epoch + timedelta(microseconds=ns // 1000)).isoformat(timespec="microseconds")
+    monkeypatch.undo()
+    before = datetime.now(timezone.utc)
+    assert before <= datetime.fromisoformat(writer.utc_now()) <= datetime.now(timezone.utc)
+
+
+def test_a_signal_that_arrives_mid_write_is_handled_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    store = RunStore(tmp_path / "state")
+    store.create_run("r", STARTED)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the runner ignores SIGINT
+    try:
+        with store.open_run("r") as run:
+            real = os.fsync
+            monkeypatch.setattr(os, "fsync", lambda fd: (os.kill(os.getpid(), signal.SIGINT), real(fd))[1])
+            with pytest.raises(KeyboardInterrupt):  # raised once the write is done, not inside it
+                run.append(ev.NoteAdded(kind="devlog", text="landed whole"))
+            monkeypatch.undo()
+            assert run.state["last_seq"] == 1 and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert events(tmp_path / "state", "r")[-1]["data"]["text"] == "landed whole"
+    assert cli("audit", "r", state_dir=tmp_path / "state").returncode == 0
+
+
+def test_a_short_write_is_finished_before_the_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = RunStore(tmp_path / "state")
+    store.create_run("r", STARTED)
+    with store.open_run("r") as run:
+        real, sizes = os.write, []
+        monkeypatch.setattr(os, "write", lambda fd, data: sizes.append(len(data)) or real(fd, bytes(data[:7])))
+        run.append(ev.NoteAdded(kind="devlog", text="in pieces"))
+        monkeypatch.undo()
+    assert len(sizes) > 2 and sizes[1] == sizes[0] - 7
+    assert events(tmp_path / "state", "r")[-1]["data"]["text"] == "in pieces"
+    assert cli("audit", "r", state_dir=tmp_path / "state").returncode == 0

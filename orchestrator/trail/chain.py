@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from json.encoder import encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -25,6 +25,8 @@ _HASH_MEMBER_LEN = len(_HASH_MEMBER) + 64 + 1
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """``json.dumps`` with the canonical options, built once (dumps builds an encoder per call)."""
+_ENCODE = c_make_encoder and c_make_encoder(None, _CANONICAL.default, encode_basestring, None, ":", ",", True, False,
+                                            False)
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -43,31 +45,46 @@ def event_line(prev_hash: str, event_without_hash: dict[str, Any]) -> tuple[str,
     For an envelope as the writer makes it, one serialization serves both: it is formatted around
     one encode of its ``data`` (``_envelope_parts``), and the hashed bytes and the line differ only
     by the ``"hash"`` member (byte for byte what ``canonical_json`` of the whole event gives).
+    The parts stay text until the two encodes (what is hashed, the line): one per output, not per part.
     """
     parts = _envelope_parts(event_without_hash)
     if parts is None:
         digest = chain_hash(prev_hash, event_without_hash)
         return digest, canonical_json({**event_without_hash, "hash": digest}) + b"\n"
     before, after = parts
-    digest = hashlib.sha256(prev_hash.encode("ascii") + before + after).hexdigest()
-    return digest, before + b',"hash":"' + digest.encode("ascii") + b'"' + after + b"\n"
+    digest = hashlib.sha256(prev_hash.encode("ascii") + (before + after).encode()).hexdigest()
+    return digest, f'{before},"hash":"{digest}"{after}\n'.encode()
 
 
-def _envelope_parts(event: dict[str, Any]) -> tuple[bytes, bytes] | None:
-    """The canonical bytes before and after where ``"hash"`` goes, for an envelope of exactly the
+def _envelope_parts(event: dict[str, Any]) -> tuple[str, str] | None:
+    """The canonical text before and after where ``"hash"`` goes, for an envelope of exactly the
     writer's keys with int seqs and string members; None for anything else."""
     if event.keys() != _ENVELOPE or type(event["seq"]) is not int or type(event["schema_version"]) is not int:
         return None
     text = encode_basestring
     try:
         phase = "null" if event["phase"] is None else text(event["phase"])
-        before = f'{{"actor":{text(event["actor"])},"data":'.encode() + canonical_json(event["data"])
+        before = f'{{"actor":{text(event["actor"])},"data":{_data_text(event["data"])}'
         after = (f',"phase":{phase},"prev_hash":{text(event["prev_hash"])},"run_id":{text(event["run_id"])},'
                  f'"schema_version":{event["schema_version"]},"seq":{event["seq"]},"ts":{text(event["ts"])},'
-                 f'"type":{text(event["type"])}}}').encode()
+                 f'"type":{text(event["type"])}}}')
     except TypeError:  # a member that is not a string where the envelope has one
         return None
     return before, after
+
+
+def _data_text(data: Any) -> str:
+    """``canonical_json(data)`` as text, through one C encoder made once (``json.dumps`` makes one per call).
+
+    It keeps no circular-reference marks (a shared mark table would be wrong across threads), so a
+    cycle ends in RecursionError: ``canonical_json`` then says what ``json.dumps`` says.
+    """
+    if _ENCODE is None:
+        return _CANONICAL.encode(data)
+    try:
+        return "".join(_ENCODE(data, 0))
+    except RecursionError:
+        return _CANONICAL.encode(data)
 
 
 def with_signed_head(line: bytes, member: bytes) -> bytes:

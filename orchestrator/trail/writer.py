@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import _signal
 import signal
-from datetime import datetime, timezone
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
@@ -53,7 +54,20 @@ from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_writ
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    """Now in UTC as ``datetime.now(timezone.utc).isoformat(timespec="microseconds")`` writes it.
+
+    Every event is stamped, so the date and time of day are formatted once a second and kept
+    (one tuple, swapped whole, so threads never pair one second's text with another's).
+    """
+    global _SECOND
+    second, micro = divmod(time.time_ns() // 1000, 1_000_000)
+    cached = _SECOND
+    if cached[0] != second:
+        cached = _SECOND = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{cached[1]}.{micro:06d}+00:00"
+
+
+_SECOND: tuple[int, str] = (-1, "")
 
 
 def check_artifact_name(name: str) -> str:
@@ -147,21 +161,26 @@ class OpenRun:
 
     def _commit(self, events: list[dict[str, Any]], lines: list[bytes]) -> None:
         """The signed head, then the log (the order the module docstring explains)."""
-        head = Head(seq=events[-1]["seq"], hash=events[-1]["hash"])
-        genesis = self._genesis or events[0]["hash"]
-        if self._anchor is None:
-            self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
+        first, last = events[0], events[-1]
+        head, durable = Head(seq=last["seq"], hash=last["hash"]), self._durable
+        genesis = self._genesis or first["hash"]
+        anchor = self._anchor
+        if anchor is None:
+            anchor = self._anchor = AnchorWriter(self.run_id, genesis, self._signer)
         if self._in_log:
-            sig = self._anchor.sign(head, self._durable)
-            start = events[0]["seq"]
-            events[0][SIGNED_HEAD] = signed_log.member_dict(head, sig, start=start)
+            sig = anchor.sign(head, durable)
+            start = first["seq"]
+            first[SIGNED_HEAD] = signed_log.member_dict(head, sig, start=start)
             lines[0] = with_signed_head(lines[0], signed_log.member(head, sig, start=start))
-            self._anchor.write(head, self._durable, sig=sig, sync=False)
+            anchor.write(head, durable, sig=sig, sync=False)
         else:
-            self._anchor.write(head, self._durable)
-        blob = memoryview(b"".join(lines))
-        while blob:
-            blob = blob[os.write(self._fd, blob):]
+            anchor.write(head, durable)
+        blob = lines[0] if len(lines) == 1 else b"".join(lines)
+        written = os.write(self._fd, blob)
+        if written < len(blob):  # a short write (a signal, a full disk): the rest, or the error it meets
+            rest = memoryview(blob)[written:]
+            while rest:
+                rest = rest[os.write(self._fd, rest):]
         os.fsync(self._fd)
         self._genesis, self._durable = genesis, head
 
@@ -202,19 +221,22 @@ class signals_held:  # noqa: N801 (used as ``with signals_held():``, like the co
     """Delay SIGINT/SIGTERM (their Python handlers run after the block, never inside it).
 
     A class rather than ``contextlib.contextmanager``: it runs around every write, and a generator's
-    setup costs more than the two ``pthread_sigmask`` calls it wraps.
+    setup costs more than the two ``pthread_sigmask`` calls it wraps. It calls ``_signal``'s
+    ``pthread_sigmask`` (what ``signal.pthread_sigmask`` calls), not the wrapper, which turns every
+    mask it returns into a set of ``Signals`` enums: twice the cost of the syscall, at every write.
     """
 
     __slots__ = ("_old",)
 
     def __enter__(self) -> None:
-        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        self._old = _sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
 
     def __exit__(self, *exc: object) -> None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+        _sigmask(signal.SIG_SETMASK, self._old)
 
 
-_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_HELD_SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM))
+_sigmask = _signal.pthread_sigmask
 
 
 def open_verified(run_dir: Path, verified: Any) -> OpenRun:
