@@ -12,7 +12,7 @@ from __future__ import annotations
 
 PROVEN: dict[str, str] = {
     "moe_attr_not_mlp": "Llama-4-Scout",
-    "score_func_mismatch": "Llama-4-Scout",
+    "score_func_mismatch": "Llama-4-Scout, afmoe",
     "experts_transposed": "Llama-4-Scout, aria_text",
     "strict_load_shape_mismatch": "Llama-4-Scout, aria_text",
     "router_score_before_experts": "Llama-4-Scout",
@@ -21,16 +21,18 @@ PROVEN: dict[str, str] = {
     "router_rule_mismatch": "laguna (the probe worker on the fixed target)",
     "correction_bias_outside_gate": "HY-V3",
     "state_dict_keys_unmapped": "ernie4_5_moe (a correction bias in gate.moe_statics, (1, E) both ways), "
-                                "hunyuan_v1_moe (router gate.wg, shared_mlp)",
-    "module_without_sharding_config": "hunyuan_v1_moe (per-head query/key layernorms)",
+                                "hunyuan_v1_moe (router gate.wg, shared_mlp), "
+                                "afmoe (router already at router.gate, expert_bias on the block)",
+    "module_without_sharding_config": "hunyuan_v1_moe (per-head query/key layernorms), "
+                                      "afmoe (norms around the MoE, attention output gate)",
     "state_missing_from_sharding_config": "mimo_v2_flash (attention sinks sharded with the heads)",
     "attention_projection_unhandled": "qwen3_next (linear_attn layers configured replicated; TP 2 build check)",
+    "roundtrip_failed": "afmoe (the reverse pattern sent the block's expert_bias to gate.e_score_correction_bias)",
 }
 
 # Fixable codes whose reference fix is not written yet, and why each is still called fixable: its fix
 # belongs in the experiment folder (tests/test_moe_fixability_contract.py keeps both lists complete).
 NOT_YET_SHOWN: dict[str, str] = {
-    "roundtrip_failed": "state_dict_adapter.py's reverse patterns",
     "moe_probe_failed": "the target's _probe_hf_moe_block helpers in moe_replacement.py",
     "experts_outside_experts_module": "a conversion of the block's own expert layout (probe, swap, adapter)",
     "gate_up_interleaved": "de-interleave and re-interleave in state_dict_adapter.py",
