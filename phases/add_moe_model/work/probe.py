@@ -61,8 +61,8 @@ def run_probe(source: ModelSource) -> CompatReport:
     moe = _probe_first_moe(scan, config, target, issues)
     clock.lap("moe_probe")
     issues += _check_sharding(model, scan, target["sharding"], notes)
-    tiny = _tiny_model(config, moe)
-    roundtrip, strict = _check_state_dicts(model, config, moe, target, issues, tiny=tiny)
+    tiny, tiny_error = _tiny_model(config, moe)
+    roundtrip, strict = _check_state_dicts(model, config, moe, target, issues, tiny=tiny, tiny_error=tiny_error)
     clock.lap("state_dicts")
     issues += _judge_on_target(config, moe, strict, target, tiny, notes)
     clock.lap("semantics")
@@ -185,10 +185,11 @@ def _check_sharding(model: Any, scan: list[dict], sharding: Any, notes: list[str
 
 
 def _check_state_dicts(model: Any, config: Any, moe: dict, target: dict,
-                       issues: list[CompatIssue], *, tiny: Any) -> tuple[KeyCheck, KeyCheck]:
+                       issues: list[CompatIssue], *, tiny: Any, tiny_error: str) -> tuple[KeyCheck, KeyCheck]:
     report("state-dict round trip and strict load")
     tiny_sd = _random_state_dict(tiny) if tiny is not None else None
-    roundtrip = state_dict_checks.check_roundtrip(target["adapter"], model.state_dict(), tiny_sd=tiny_sd)
+    roundtrip = state_dict_checks.check_roundtrip(target["adapter"], model.state_dict(), tiny_sd=tiny_sd,
+                                                  tiny_error=tiny_error)
     issues += state_dict_checks.roundtrip_issues(roundtrip)
     if moe.get("params") is None:
         return roundtrip, KeyCheck(verdict="FAIL", note="no Titan MoE: the target's probe did not return parameters")
@@ -223,18 +224,18 @@ def layout_note(moe_cls: type) -> str:
     return f"Titan MoE takes x_{found.name}: {found.evidence}"
 
 
-def _tiny_model(config: Any, moe: dict) -> Any | None:
+def _tiny_model(config: Any, moe: dict) -> tuple[Any | None, str]:
     """A materialized tiny model of the same type (random values): the value round trip and the
-    semantic checks run on it. None when transformers cannot build one (recorded as such)."""
+    semantic checks run on it. (None, why) when transformers cannot build one (recorded as such)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     layers = moe["row"]["index"] + 1 if moe.get("row") else 1
     kwargs = build_scaled_kwargs(config, ScalePlan(num_layers=min(layers, 2), tiny=True))
     kwargs["attn_implementation"] = "eager"
     try:
-        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs))
-    except Exception:  # noqa: BLE001 - no tiny twin means no value round trip (recorded as such), not a crash
-        return None
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs)), ""
+    except Exception as exc:  # noqa: BLE001 - no tiny twin means no value round trip (recorded as such), not a crash
+        return None, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
 
 def _random_state_dict(tiny: Any) -> dict[str, Any]:
