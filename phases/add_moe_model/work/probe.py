@@ -15,7 +15,9 @@ from typing import Any
 
 from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
 from phases.add_moe_model.model_source import ModelSource
-from phases.add_moe_model.work import hf_checks, semantic_checks, sharding_checks, state_dict_checks
+from phases.add_moe_model.work import (
+    conversion_checks, hf_checks, semantic_checks, sharding_checks, state_dict_checks,
+)
 from phases.add_moe_model.work.config_fields import read_field
 from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
@@ -204,6 +206,7 @@ def _strict_load(model: Any, config: Any, moe: dict, target: dict) -> tuple[KeyC
     row = moe["row"]
     with torch.device("meta"):
         titan_moe = target["moe"]._build_moe_config(moe["params"], config).build()
+    moe["titan_router_bias"] = getattr(getattr(titan_moe.router, "gate", None), "bias", None) is not None
     moe["layout_note"] = layout_note(type(titan_moe))
     layer_prefix = f"model.layers.{row['index']}."
     prefix = layer_prefix + ("mlp." if moe["layer_level"] else f"{row['attr']}.")
@@ -252,10 +255,14 @@ def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tin
     if row is None:
         return []
     probed = (moe.get("params") or {}).get("moe_intermediate_size")
-    experts = getattr(row["block"], "experts", None)
+    experts, hidden = getattr(row["block"], "experts", None), int(config.hidden_size)
     issues = [] if experts is None else hf_checks.check_expert_layout(
-        experts, hidden=int(config.hidden_size), strict=strict, probed_intermediate=probed)
-    issues += hf_checks.check_correction_bias(row["block"], hf_checks.resolve_router(row["block"]), strict=strict)
+        experts, hidden=hidden, strict=strict, probed_intermediate=probed)
+    router = hf_checks.resolve_router(row["block"])
+    issues += hf_checks.check_correction_bias(row["block"], router, strict=strict)
+    issues += conversion_checks.check_router_bias(router, strict=strict, titan_has_bias=moe.get("titan_router_bias"))
+    if experts is not None:
+        issues += conversion_checks.check_gate_up_interleaved(experts, target["adapter"], hidden=hidden)
     if moe.get("layer_level") or moe.get("params") is None:
         return issues
     if tiny is None:
