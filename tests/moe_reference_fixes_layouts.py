@@ -3,8 +3,8 @@
 Same rules as tests/moe_reference_fixes.py: edits of torchtitan 0.3.0's experiment folder only, each
 replacement matching exactly once, so a changed upstream text fails loudly instead of fixing nothing.
 AfMoE (its router already at ``router.gate``, its correction bias on the block) is taken whole, so its
-run leaves the probe; gpt_oss's interleaved gate/up columns and router bias are cleared one by one (its
-expert biases and clamped SwiGLU stay: they are core findings, a person's call).
+run leaves the probe; gpt_oss's interleaved gate/up columns and router bias are cleared (its expert
+biases and clamped SwiGLU stay: core findings, a person's call, so its run stays at the probe).
 """
 
 from __future__ import annotations
@@ -70,3 +70,59 @@ def afmoe_sharding(target: Path) -> None:
 
 
 AFMOE = (afmoe_keys, afmoe_router, afmoe_sharding)
+
+HALVES = """            intermediate_size = value.shape[1] // 2
+            titan_state_dict[f"{prefix}{_TITAN_EXPERTS_PREFIX}.{gate_name}"] = value[
+                :, :intermediate_size, :
+            ]
+            titan_state_dict[f"{prefix}{_TITAN_EXPERTS_PREFIX}.{up_name}"] = value[
+                :, intermediate_size:, :
+            ]
+"""
+SPLIT = """            intermediate_size = value.shape[1] // 2
+            gate_rows, up_rows = slice(None, intermediate_size), slice(intermediate_size, None)
+            if f"{prefix}experts.gate_up_proj_bias" in hf_state_dict:
+                # gpt-oss (the checkpoints with expert biases) interleaves the columns: gate ::2, up 1::2.
+                gate_rows, up_rows = slice(0, None, 2), slice(1, None, 2)
+                _INTERLEAVED_GATE_UP_PREFIXES.add(prefix)
+            titan_state_dict[f"{prefix}{_TITAN_EXPERTS_PREFIX}.{gate_name}"] = value[:, gate_rows, :]
+            titan_state_dict[f"{prefix}{_TITAN_EXPERTS_PREFIX}.{up_name}"] = value[:, up_rows, :]
+"""
+FUSE = """            fused_value = torch.cat(
+                [titan_state_dict[g_key], titan_state_dict[u_key]], dim=1
+            )
+"""
+REFUSE = """            gate, up = titan_state_dict[g_key], titan_state_dict[u_key]
+            if prefix in _INTERLEAVED_GATE_UP_PREFIXES:
+                fused_value = torch.stack([gate, up], dim=2).reshape(gate.shape[0], -1, gate.shape[2])
+            else:
+                fused_value = torch.cat([gate, up], dim=1)
+"""
+
+
+def gate_up_deinterleaved(target: Path) -> None:
+    """gate_up_interleaved (gpt_oss): the gate is HF's columns ::2 and the up 1::2; split that way into Titan's
+    gate and up weights, and interleaved again on the way back (the prefixes are remembered on the way in)."""
+    replace_once(target, ADAPTER, "\n\ndef hf_to_titan_moe_state_dict(\n",
+                 "\n\n# prefixes whose HF gate_up_proj interleaves gate and up columns\n"
+                 "_INTERLEAVED_GATE_UP_PREFIXES: set[str] = set()\n\n\ndef hf_to_titan_moe_state_dict(\n")
+    replace_once(target, ADAPTER, HALVES, SPLIT)
+    replace_once(target, ADAPTER, FUSE, REFUSE)
+
+
+def router_with_bias(target: Path) -> None:
+    """router_bias_dropped (gpt_oss): the probe notes the router's bias, the Titan router gate is built with one,
+    and HF's ``router.bias`` maps to ``router.gate.bias`` (and back)."""
+    replace_once(target, MOE, '        "shared_expert_info": shared_expert_info,\n    }\n\n\ndef _resolve_num_experts(',
+                 '        "shared_expert_info": shared_expert_info,\n'
+                 '        "router_bias": isinstance(getattr(gate, "bias", None), torch.Tensor),\n'
+                 '    }\n\n\ndef _resolve_num_experts(')
+    replace_once(target, MOE, '        num_limited_groups=params["num_limited_groups"],\n    )\n',
+                 '        num_limited_groups=params["num_limited_groups"],\n'
+                 '        bias=params.get("router_bias", False),\n    )\n')
+    replace_once(target, ADAPTER, '        (r"^(.*\\.)router\\.weight$", r"\\1router.gate.weight", False),\n',
+                 '        (r"^(.*\\.)router\\.weight$", r"\\1router.gate.weight", False),\n'
+                 '        (r"^(.*\\.)router\\.bias$", r"\\1router.gate.bias", False),\n')
+    replace_once(target, ADAPTER, '        (r"^(.*\\.)router\\.gate\\.weight$", r"\\1gate.weight", False),\n',
+                 '        (r"^(.*\\.)router\\.gate\\.weight$", r"\\1gate.weight", False),\n'
+                 '        (r"^(.*\\.)router\\.gate\\.bias$", r"\\1router.bias", False),\n')

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import engine
 from orchestrator.trail.store import RunStore
+from phases.add_moe_model.probe import BLOCKER_KEY
+from tests import moe_reference_fixes as fixes
 from tests import moe_reference_fixes_layouts as layouts
 from tests.test_moe_fixability import _codes, _left_the_probe_clean, _reprobe, _start
 
@@ -34,3 +37,30 @@ def test_afmoe_round_trip_keys_router_and_norms_clear_and_the_run_leaves_the_pro
     probe = _left_the_probe_clean(_reprobe(store, run_id, target, *layouts.AFMOE))
     assert probe["roundtrip_detail"]["max_abs_diff"] == 0.0, probe["roundtrip_detail"]
     assert (probe["score_func"], probe["route_norm"]) == ("sigmoid", True)
+
+
+def test_gpt_oss_interleaved_gate_up_and_router_bias_clear_while_its_core_findings_stay(tmp_path: Path) -> None:
+    """Both findings are judged on the target: the gate weight its adapter makes from a small gate_up_proj in
+    HF's layout, the router gate its own probe builds and the strict load. The run stays at the probe, for a
+    person: gpt_oss's expert biases and clamped SwiGLU have no place in Titan's GroupedExperts (core)."""
+    store = RunStore(tmp_path / "state")
+    run_id, target = _start(store, "type:gpt_oss")
+    before = store.read_state(run_id)
+    assert {"gate_up_interleaved", "router_bias_dropped", "experts_transposed"} <= _codes(before), before["issues"]
+    messages = {i["code"]: i["message"] for i in before["issues"]}
+    assert "router gate without bias" in messages["router_bias_dropped"] and "'router.bias'" in messages[
+        "router_bias_dropped"]
+    assert "with the target's adapter, Titan's gate weight comes out" in messages["gate_up_interleaved"]
+
+    # A person lets the run go on past the core findings (they stay recorded); the agent's fixes follow.
+    engine.resume(run_id, {BLOCKER_KEY: "continue_anyway"}, store=store, advance_after=False)
+    after = _reprobe(store, run_id, target, fixes.transposed_experts, layouts.gate_up_deinterleaved,
+                     layouts.router_with_bias)
+    probe = after["results"]["probe"]
+    assert _codes(after) == {"expert_bias_unsupported", "expert_activation_unsupported", "state_dict_keys_unmapped",
+                             "state_missing_from_sharding_config", "moe_output_contract"}, after["issues"]
+    assert probe["target_probe"]["router_bias"] is True and probe["state_dict_roundtrip"] == "PASS"
+    strict = probe["strict_load_detail"]
+    assert (strict["missing"], strict["shape_mismatch"]) == ([], [])
+    assert strict["unexpected"] == ["experts.down_proj_bias", "experts.gate_up_proj_bias"], strict
+    assert (after["phase"], after["awaiting"]) == ("probe", "agent"), after["summary"]
