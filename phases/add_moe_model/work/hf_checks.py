@@ -52,17 +52,54 @@ def _holds_experts(block: Any) -> bool:
     return any(p.dim() == 3 and id(p) not in routed for p in block.parameters())
 
 
-def check_expert_container(block: Any, attr: str) -> list[CompatIssue]:
-    """A block whose stacked expert weights sit outside an ``experts`` module, which the target reads."""
+def check_expert_container(block: Any, attr: str, *, probed: bool, strict: Any) -> list[CompatIssue]:
+    """A block whose stacked expert weights sit outside an ``experts`` module, judged on what the target does
+    with it: the finding stands while the target's probe builds no Titan MoE from the block, or the strict load
+    of the target's conversion leaves the stacked weights, Titan's expert weights or the router unmatched."""
     holders = sorted({name.rsplit(".", 1)[0] for name, p in block.named_parameters() if p.dim() == 3})
     kinds = sorted({type(block.get_submodule(h)).__name__ for h in holders})
+    unmatched = [k for k in strict.unexpected if k.split(".")[0] in {*holders, "router", "gate"}]
+    unmatched += [k for k in strict.missing if "inner_experts" in k or k.startswith("router.")]
+    if probed and not unmatched:
+        return []
+    did = (f"its strict load leaves {unmatched[:6]} unmatched" if probed else
+           "the target's _probe_hf_moe_block builds no Titan MoE from it (it reads block.experts)")
     return [CompatIssue(
         code="experts_outside_experts_module",
         message=(f"the MoE block at layer.{attr} ({type(block).__name__}) keeps its stacked expert weights in "
-                 f"{', '.join(holders)} ({', '.join(kinds)}), not in an `experts` module; the target's "
-                 "_probe_hf_moe_block and state-dict adapter read block.experts"),
+                 f"{', '.join(holders)} ({', '.join(kinds)}), not in an `experts` module; {did}"),
         fix_location=f"{MOE_REPLACEMENT} (_probe_hf_moe_block) and {STATE_DICT_ADAPTER}",
         severity="fixable")]
+
+
+def check_block_output_bias(block: Any, *, hidden: int, probed: bool, strict: Any) -> list[CompatIssue]:
+    """A bias the block adds to its whole output (JetMoe), while the target's Titan MoE has no place for it."""
+    placeless = [n for n in _output_biases(block, hidden) if not probed or n in strict.unexpected]
+    if not placeless:
+        return []
+    return [CompatIssue(
+        code="moe_output_bias_unsupported",
+        message=(f"{type(block).__name__} adds {placeless} ({hidden},) to its output after combining the experts; "
+                 + ("the target builds no Titan MoE from the block" if not probed else
+                    "the Titan MoE the target builds has no such parameter (its strict load leaves it unmatched)")),
+        fix_location=f"{TITAN_MOE} (MoE: an output bias), outside the experiment folder (a person decides; an MoE "
+                     "subclass in the experiment folder would be a workaround)",
+        severity="core")]
+
+
+def _output_biases(block: Any, hidden: int) -> list[str]:
+    return [n for n, p in block.named_parameters(recurse=False)
+            if p.dim() == 1 and int(p.shape[0]) == hidden and n.endswith("bias")
+            and not any(w in n for w in ("expert", "correction", "score"))]
+
+
+def placeless_state(block: Any, *, hidden: int) -> frozenset[str]:
+    """Block-relative names of HF state Titan's MoE has no place for, each a core finding's: per-expert
+    biases (expert_bias_unsupported) and an output bias (moe_output_bias_unsupported)."""
+    experts = getattr(block, "experts", None)
+    expert_biases = {f"experts.{n}" for n in _own_state_names(experts, prefix="") if "bias" in n} \
+        if experts is not None and not callable(getattr(experts, "__getitem__", None)) else set()
+    return frozenset(expert_biases | set(_output_biases(block, hidden)))
 
 
 def resolve_router(block: Any) -> Any | None:

@@ -20,6 +20,7 @@ from phases.add_moe_model.work import (
 )
 from phases.add_moe_model.work.config_fields import read_field
 from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error
+from phases.add_moe_model.work.probe_failure import probe_failure_issue
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from orchestrator.progress import report
@@ -152,8 +153,6 @@ def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[C
     router = hf_checks.resolve_router(block)
     if hasattr(block, "experts"):
         issues += hf_checks.check_experts(block.experts, config)
-    else:
-        issues += hf_checks.check_expert_container(block, row["attr"])
     issues += hf_checks.check_router_state(router)
     params = _call_target_probe(target["moe"], block, config, layer_level=layer_level, issues=issues)
     issues += hf_checks.check_score_func(router, block, probed=(params or {}).get("score_func"))
@@ -166,14 +165,7 @@ def _call_target_probe(moe: Any, block: Any, config: Any, *, layer_level: bool,
     try:
         return fn(block, config)
     except (ValueError, AttributeError, TypeError) as exc:
-        issues.append(
-            CompatIssue(
-                code="moe_probe_failed",
-                message=f"{fn.__name__}({type(block).__name__}) raised {type(exc).__name__}: {exc}",
-                fix_location=f"{hf_checks.MOE_REPLACEMENT} ({fn.__name__} and its _resolve_* helpers)",
-                severity="fixable",
-            )
-        )
+        issues.append(probe_failure_issue(fn.__name__, block, config, exc))
         return None
 
 
@@ -212,8 +204,9 @@ def _strict_load(model: Any, config: Any, moe: dict, target: dict) -> tuple[KeyC
     prefix = layer_prefix + ("mlp." if moe["layer_level"] else f"{row['attr']}.")
     layer_sd = {k: v for k, v in model.state_dict().items() if k.startswith(layer_prefix)}
     has_bias = any("correction_bias" in k for k in layer_sd)
+    placeless = hf_checks.placeless_state(row["block"], hidden=int(config.hidden_size))
     return state_dict_checks.check_strict_load(
-        target["adapter"], titan_moe, layer_sd, prefix=prefix, hf_has_correction_bias=has_bias
+        target["adapter"], titan_moe, layer_sd, prefix=prefix, hf_has_correction_bias=has_bias, placeless=placeless
     )
 
 
@@ -258,7 +251,10 @@ def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tin
     experts, hidden = getattr(row["block"], "experts", None), int(config.hidden_size)
     issues = [] if experts is None else hf_checks.check_expert_layout(
         experts, hidden=hidden, strict=strict, probed_intermediate=probed)
-    router = hf_checks.resolve_router(row["block"])
+    router, probed = hf_checks.resolve_router(row["block"]), moe.get("params") is not None
+    if experts is None:
+        issues += hf_checks.check_expert_container(row["block"], row["attr"], probed=probed, strict=strict)
+    issues += hf_checks.check_block_output_bias(row["block"], hidden=hidden, probed=probed, strict=strict)
     issues += hf_checks.check_correction_bias(row["block"], router, strict=strict)
     issues += conversion_checks.check_router_bias(router, strict=strict, titan_has_bias=moe.get("titan_router_bias"))
     if experts is not None:

@@ -52,9 +52,13 @@ def _roundtrip_values(adapter: Any, tiny_sd: dict[str, Any] | None, tiny_error: 
 
 
 def check_strict_load(
-    adapter: Any, titan_moe: Any, hf_layer_sd: dict[str, Any], *, prefix: str, hf_has_correction_bias: bool
+    adapter: Any, titan_moe: Any, hf_layer_sd: dict[str, Any], *, prefix: str, hf_has_correction_bias: bool,
+    placeless: frozenset[str] = frozenset(),
 ) -> tuple[KeyCheck, list[CompatIssue]]:
-    """Load the converted keys under ``prefix`` into ``titan_moe`` (meta) with strict=True."""
+    """Load the converted keys under ``prefix`` into ``titan_moe`` (meta) with strict=True.
+
+    ``placeless``: HF keys (relative to the block) Titan's MoE has no place for; each is a core finding's,
+    so a strict load they fail is no fixable key-mapping finding."""
     converted = adapter.hf_to_titan_moe_state_dict(hf_layer_sd)
     sub = {k[len(prefix):]: v for k, v in converted.items() if k.startswith(prefix)}
     want = titan_moe.state_dict()
@@ -74,17 +78,21 @@ def check_strict_load(
     if not (missing or unexpected or shapes):
         # NOTE: benign Titan-only buffers keep Titan's own value so the load can stay strict.
         titan_moe.load_state_dict({k: sub.get(k, want[k]) for k in want}, strict=True)
+    left = sorted(k for k in unexpected if k in placeless)
+    if left:
+        note = "; ".join(filter(None, [note, f"{left}: no place in Titan's MoE (core findings)"]))
     check = KeyCheck(
         verdict="FAIL" if missing or unexpected or shapes else "PASS",
         missing=missing, unexpected=unexpected, shape_mismatch=shapes, checked_keys=len(want), note=note,
     )
-    return check, classify_strict_load(check, prefix=prefix)
+    return check, classify_strict_load(check, prefix=prefix, placeless=placeless)
 
 
-def classify_strict_load(check: KeyCheck, *, prefix: str) -> list[CompatIssue]:
-    """Name the cause of each strict-load failure: misnamed bias, transposed experts, others."""
+def classify_strict_load(check: KeyCheck, *, prefix: str, placeless: frozenset[str] = frozenset()) -> list[CompatIssue]:
+    """Name the cause of each strict-load failure: misnamed bias, transposed experts, others (keys with no
+    place in Titan's MoE are the core findings', not a mapping to fix)."""
     issues: list[CompatIssue] = []
-    missing, unexpected = list(check.missing), list(check.unexpected)
+    missing, unexpected = list(check.missing), [k for k in check.unexpected if k not in placeless]
     titan_bias = [k for k in missing if k.startswith("expert_bias")]
     hf_bias = [k for k in unexpected if k.startswith("expert_bias")]
     if titan_bias and hf_bias:
