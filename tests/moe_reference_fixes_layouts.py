@@ -126,3 +126,59 @@ def router_with_bias(target: Path) -> None:
     replace_once(target, ADAPTER, '        (r"^(.*\\.)router\\.gate\\.weight$", r"\\1gate.weight", False),\n',
                  '        (r"^(.*\\.)router\\.gate\\.weight$", r"\\1gate.weight", False),\n'
                  '        (r"^(.*\\.)router\\.gate\\.bias$", r"\\1router.bias", False),\n')
+
+
+JETMOE_PROBE = '''    experts = getattr(moe_block, "experts", None)
+    if experts is None and hasattr(moe_block, "input_linear"):
+        # JetMoe: the stacked experts are input_linear (E, 2I, H: gate | up halves) and output_linear (E, H, I).
+        experts = moe_block.input_linear
+'''
+
+JETMOE_LAYOUT = '''
+
+# JetMoe keeps its stacked experts outside an ``experts`` module: input_linear is HF's usual gate_up_proj
+# (E, 2I, H, gate | up halves) and output_linear its down_proj (E, H, I). They are renamed on the way in,
+# and back for the prefixes seen on the way in.
+_JETMOE_NAMES = {"input_linear.weight": "experts.gate_up_proj", "output_linear.weight": "experts.down_proj"}
+_JETMOE_PREFIXES: set[str] = set()
+
+
+def _from_jetmoe_layout(hf_state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    renamed = {}
+    for key, value in hf_state_dict.items():
+        for jet, hf in _JETMOE_NAMES.items():
+            if key.endswith(f".mlp.{jet}"):
+                prefix = key[: -len(jet)]
+                _JETMOE_PREFIXES.add(prefix)
+                key = prefix + hf
+                break
+        renamed[key] = value
+    return renamed
+
+
+def _to_jetmoe_layout(hf_state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    for prefix in _JETMOE_PREFIXES:
+        for jet, hf in _JETMOE_NAMES.items():
+            if prefix + hf in hf_state_dict:
+                hf_state_dict[prefix + jet] = hf_state_dict.pop(prefix + hf)
+    return hf_state_dict
+
+
+def hf_to_titan_moe_state_dict(
+'''
+
+
+def jetmoe_experts(target: Path) -> None:
+    """experts_outside_experts_module and moe_probe_failed (JetMoe): the probe reads the experts from
+    ``input_linear``, the adapter renames JetMoe's stacked weights to HF's usual expert keys (and back), and
+    its router linear ``router.layer`` maps to ``router.gate``. The block's output bias stays (core)."""
+    replace_once(target, MOE, "    experts = moe_block.experts\n", JETMOE_PROBE)
+    replace_once(target, ADAPTER, "\n\ndef hf_to_titan_moe_state_dict(\n", JETMOE_LAYOUT)
+    replace_once(target, ADAPTER, "    titan_state_dict = {}\n\n    for key, value in hf_state_dict.items():\n",
+                 "    titan_state_dict = {}\n    hf_state_dict = _from_jetmoe_layout(hf_state_dict)\n\n"
+                 "    for key, value in hf_state_dict.items():\n")
+    replace_once(target, ADAPTER, "            hf_state_dict[key] = value\n\n    return hf_state_dict\n",
+                 "            hf_state_dict[key] = value\n\n    return _to_jetmoe_layout(hf_state_dict)\n")
+    replace_once(target, ADAPTER, '        (r"^(.*\\.)router\\.proj\\.weight$", r"\\1router.gate.weight", False),\n',
+                 '        (r"^(.*\\.)router\\.proj\\.weight$", r"\\1router.gate.weight", False),\n'
+                 '        (r"^(.*\\.mlp\\.)router\\.layer\\.weight$", r"\\1router.gate.weight", False),\n')

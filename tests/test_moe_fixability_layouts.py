@@ -57,10 +57,37 @@ def test_gpt_oss_interleaved_gate_up_and_router_bias_clear_while_its_core_findin
     after = _reprobe(store, run_id, target, fixes.transposed_experts, layouts.gate_up_deinterleaved,
                      layouts.router_with_bias)
     probe = after["results"]["probe"]
-    assert _codes(after) == {"expert_bias_unsupported", "expert_activation_unsupported", "state_dict_keys_unmapped",
+    # The expert biases fail the strict load with no place in Titan's experts: the core finding's, no key to map.
+    assert _codes(after) == {"expert_bias_unsupported", "expert_activation_unsupported",
                              "state_missing_from_sharding_config", "moe_output_contract"}, after["issues"]
     assert probe["target_probe"]["router_bias"] is True and probe["state_dict_roundtrip"] == "PASS"
     strict = probe["strict_load_detail"]
     assert (strict["missing"], strict["shape_mismatch"]) == ([], [])
     assert strict["unexpected"] == ["experts.down_proj_bias", "experts.gate_up_proj_bias"], strict
+    assert (after["phase"], after["awaiting"]) == ("probe", "agent"), after["summary"]
+
+
+def test_jetmoe_experts_outside_an_experts_module_are_read_and_converted(tmp_path: Path) -> None:
+    """Both findings are judged on the target: its probe builds no Titan MoE from the block (it reads
+    block.experts), then, fixed, its strict load carries the stacked weights and the router. What stays is a
+    person's: the block's output bias has no place in Titan's MoE (core), and its mixture-of-attention layer."""
+    store = RunStore(tmp_path / "state")
+    run_id, target = _start(store, "type:jetmoe")
+    before = store.read_state(run_id)
+    assert _codes(before) == {"experts_outside_experts_module", "moe_probe_failed", "moe_output_bias_unsupported",
+                              "attention_projection_unhandled"}, before["issues"]
+    messages = {i["code"]: i["message"] for i in before["issues"]}
+    assert "no attribute 'experts'" in messages["moe_probe_failed"]
+    assert "builds no Titan MoE from it" in messages["experts_outside_experts_module"]
+
+    engine.resume(run_id, {BLOCKER_KEY: "continue_anyway"}, store=store, advance_after=False)
+    after = _reprobe(store, run_id, target, layouts.jetmoe_experts)
+    assert _codes(after) == {"moe_output_bias_unsupported", "attention_projection_unhandled"}, after["issues"]
+    probe = after["results"]["probe"]
+    assert (probe["num_experts"], probe["top_k"], probe["target_probe"]["moe_intermediate_size"]) == (8, 2, 5632)
+    assert probe["state_dict_roundtrip"] == "PASS" and probe["roundtrip_detail"]["max_abs_diff"] == 0.0
+    strict = probe["strict_load_detail"]
+    assert (strict["missing"], strict["unexpected"], strict["shape_mismatch"]) == ([], ["bias"], []), strict
+    assert "no such parameter" in next(i["message"] for i in after["issues"]
+                                       if i["code"] == "moe_output_bias_unsupported")
     assert (after["phase"], after["awaiting"]) == ("probe", "agent"), after["summary"]
