@@ -96,9 +96,11 @@ def _output_biases(block: Any, hidden: int) -> list[str]:
 def placeless_state(block: Any, *, hidden: int) -> frozenset[str]:
     """Block-relative names of HF state Titan's MoE has no place for, each a core finding's: per-expert
     biases (expert_bias_unsupported) and an output bias (moe_output_bias_unsupported)."""
+    import torch.nn as nn
+
     experts = getattr(block, "experts", None)
-    expert_biases = {f"experts.{n}" for n in _own_state_names(experts, prefix="") if "bias" in n} \
-        if experts is not None and not callable(getattr(experts, "__getitem__", None)) else set()
+    stacked = experts is not None and not isinstance(experts, nn.ModuleList)
+    expert_biases = {f"experts.{n}" for n in _own_state_names(experts, prefix="") if "bias" in n} if stacked else set()
     return frozenset(expert_biases | set(_output_biases(block, hidden)))
 
 

@@ -20,8 +20,8 @@ from phases.add_moe_model.work import (
 )
 from phases.add_moe_model.work.config_fields import read_field
 from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error
-from phases.add_moe_model.work.probe_failure import probe_failure_issue
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
+from phases.add_moe_model.work.probe_failure import probe_failure_issue
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from orchestrator.progress import report
 
@@ -247,10 +247,10 @@ def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tin
     row = moe.get("row")
     if row is None:
         return []
-    probed = (moe.get("params") or {}).get("moe_intermediate_size")
+    probed_size = (moe.get("params") or {}).get("moe_intermediate_size")
     experts, hidden = getattr(row["block"], "experts", None), int(config.hidden_size)
     issues = [] if experts is None else hf_checks.check_expert_layout(
-        experts, hidden=hidden, strict=strict, probed_intermediate=probed)
+        experts, hidden=hidden, strict=strict, probed_intermediate=probed_size)
     router, probed = hf_checks.resolve_router(row["block"]), moe.get("params") is not None
     if experts is None:
         issues += hf_checks.check_expert_container(row["block"], row["attr"], probed=probed, strict=strict)
