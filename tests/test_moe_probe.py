@@ -23,7 +23,8 @@ from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_te
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text",
-          "llama4_text", "granitemoe", "type:jetmoe", "type:nemotron_h"]
+          "llama4_text", "granitemoe", "type:jetmoe", "type:nemotron_h", "type:zaya",
+          "type:deepseek_v2", "type:deepseek_v4"]
 pytestmark = pytest.mark.slow
 
 
@@ -138,6 +139,39 @@ def test_findings_say_what_the_target_did(reports: dict[str, CompatReport]) -> N
     assert {"experts_outside_experts_module", "moe_probe_failed"} <= codes(jet)
     attention = next(i for i in jet.issues if i.code == "attention_projection_unhandled")
     assert "self_attention (JetMoeAttention)" in attention.message and "attention-free" not in attention.message
+
+
+def test_a_round_trip_without_a_tiny_twin_is_a_person_s_call_not_the_adapter_s(
+        reports: dict[str, CompatReport]) -> None:
+    """Every key and shape comes back; only the values are unchecked, because this workflow's scaled config
+    builds a tiny zaya the class refuses (top-1 only): no edit of the experiment folder can change that."""
+    r = reports["type:zaya"]
+    assert "roundtrip_failed" not in codes(r)
+    (issue,) = [i for i in r.issues if i.code == "roundtrip_values_unchecked"]
+    assert issue.severity == "blocker" and issue.fix_location.startswith("phases/add_moe_model/work/scaled_config.py")
+    detail = r.roundtrip_detail
+    assert (r.state_dict_roundtrip, detail.missing, detail.unexpected, detail.shape_mismatch) == ("FAIL", [], [], [])
+    assert f"keeps all {detail.checked_keys} keys" in issue.message and "num_experts_per_tok=1" in issue.message
+    assert map_report(r).outcome == "needs_human"
+
+
+def test_a_probe_that_raises_on_what_no_experiment_folder_edit_can_change_is_a_person_s_finding(
+        reports: dict[str, CompatReport]) -> None:
+    """DeepSeek-V2's class defaults leave top-k unset, and HF's own block reads the same None (a config
+    blocker); DeepSeek-V4 routes with sqrtsoftplus, which Titan's router has not (core)."""
+    (v2,) = [i for i in reports["type:deepseek_v2"].issues if i.code == "config_top_k_unset"]
+    assert v2.severity == "blocker" and "HF cannot route this config either" in v2.message
+    assert v2.fix_location.startswith("the model's config (deepseek_v2: num_experts_per_tok)")
+    (v4,) = [i for i in reports["type:deepseek_v4"].issues if i.code == "score_func_unsupported"]
+    assert v4.severity == "core" and "'sqrtsoftplus'" in v4.message and "TokenChoiceTopKRouter" in v4.fix_location
+    assert not {"moe_probe_failed"} & (codes(reports["type:deepseek_v2"]) | codes(reports["type:deepseek_v4"]))
+    assert map_report(reports["type:deepseek_v2"]).outcome == "needs_human"
+
+
+def test_jetmoe_output_bias_is_core(reports: dict[str, CompatReport]) -> None:
+    """Titan's MoE has no output bias; tests/test_moe_fixability_layouts.py shows it standing on the fixed target."""
+    (bias,) = [i for i in reports["type:jetmoe"].issues if i.code == "moe_output_bias_unsupported"]
+    assert bias.severity == "core" and "JetMoeMoE adds ['bias']" in bias.message
 
 
 def test_attention_is_described_per_layer_for_hybrids(reports: dict[str, CompatReport]) -> None:

@@ -26,7 +26,7 @@ def probe_clean(state: dict[str, Any]) -> list[str]:
     report = state["results"].get("probe", {})
     waived = waived_codes(state, "probe")
     reasons = []
-    roundtrip_waived = {"roundtrip_failed", "state_dict_check_failed"} & set(waived)
+    roundtrip_waived = {"roundtrip_failed", "roundtrip_values_unchecked", "state_dict_check_failed"} & set(waived)
     if report.get("state_dict_roundtrip") != "PASS" and not roundtrip_waived:
         reasons.append(f"state-dict round trip is {report.get('state_dict_roundtrip')}")
     fixable = [i["code"] for i in report.get("issues", [])

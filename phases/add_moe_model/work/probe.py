@@ -15,10 +15,13 @@ from typing import Any
 
 from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
 from phases.add_moe_model.model_source import ModelSource
-from phases.add_moe_model.work import hf_checks, semantic_checks, sharding_checks, state_dict_checks
+from phases.add_moe_model.work import (
+    conversion_checks, hf_checks, semantic_checks, sharding_checks, state_dict_checks,
+)
 from phases.add_moe_model.work.config_fields import read_field
 from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error
 from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
+from phases.add_moe_model.work.probe_failure import probe_failure_issue
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from orchestrator.progress import report
 
@@ -61,8 +64,8 @@ def run_probe(source: ModelSource) -> CompatReport:
     moe = _probe_first_moe(scan, config, target, issues)
     clock.lap("moe_probe")
     issues += _check_sharding(model, scan, target["sharding"], notes)
-    tiny = _tiny_model(config, moe)
-    roundtrip, strict = _check_state_dicts(model, config, moe, target, issues, tiny=tiny)
+    tiny, tiny_error = _tiny_model(config, moe)
+    roundtrip, strict = _check_state_dicts(model, config, moe, target, issues, tiny=tiny, tiny_error=tiny_error)
     clock.lap("state_dicts")
     issues += _judge_on_target(config, moe, strict, target, tiny, notes)
     clock.lap("semantics")
@@ -150,8 +153,6 @@ def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[C
     router = hf_checks.resolve_router(block)
     if hasattr(block, "experts"):
         issues += hf_checks.check_experts(block.experts, config)
-    else:
-        issues += hf_checks.check_expert_container(block, row["attr"])
     issues += hf_checks.check_router_state(router)
     params = _call_target_probe(target["moe"], block, config, layer_level=layer_level, issues=issues)
     issues += hf_checks.check_score_func(router, block, probed=(params or {}).get("score_func"))
@@ -164,14 +165,7 @@ def _call_target_probe(moe: Any, block: Any, config: Any, *, layer_level: bool,
     try:
         return fn(block, config)
     except (ValueError, AttributeError, TypeError) as exc:
-        issues.append(
-            CompatIssue(
-                code="moe_probe_failed",
-                message=f"{fn.__name__}({type(block).__name__}) raised {type(exc).__name__}: {exc}",
-                fix_location=f"{hf_checks.MOE_REPLACEMENT} ({fn.__name__} and its _resolve_* helpers)",
-                severity="fixable",
-            )
-        )
+        issues.append(probe_failure_issue(fn.__name__, block, config, exc))
         return None
 
 
@@ -185,10 +179,11 @@ def _check_sharding(model: Any, scan: list[dict], sharding: Any, notes: list[str
 
 
 def _check_state_dicts(model: Any, config: Any, moe: dict, target: dict,
-                       issues: list[CompatIssue], *, tiny: Any) -> tuple[KeyCheck, KeyCheck]:
+                       issues: list[CompatIssue], *, tiny: Any, tiny_error: str) -> tuple[KeyCheck, KeyCheck]:
     report("state-dict round trip and strict load")
     tiny_sd = _random_state_dict(tiny) if tiny is not None else None
-    roundtrip = state_dict_checks.check_roundtrip(target["adapter"], model.state_dict(), tiny_sd=tiny_sd)
+    roundtrip = state_dict_checks.check_roundtrip(target["adapter"], model.state_dict(), tiny_sd=tiny_sd,
+                                                  tiny_error=tiny_error)
     issues += state_dict_checks.roundtrip_issues(roundtrip)
     if moe.get("params") is None:
         return roundtrip, KeyCheck(verdict="FAIL", note="no Titan MoE: the target's probe did not return parameters")
@@ -203,13 +198,15 @@ def _strict_load(model: Any, config: Any, moe: dict, target: dict) -> tuple[KeyC
     row = moe["row"]
     with torch.device("meta"):
         titan_moe = target["moe"]._build_moe_config(moe["params"], config).build()
+    moe["titan_router_bias"] = getattr(getattr(titan_moe.router, "gate", None), "bias", None) is not None
     moe["layout_note"] = layout_note(type(titan_moe))
     layer_prefix = f"model.layers.{row['index']}."
     prefix = layer_prefix + ("mlp." if moe["layer_level"] else f"{row['attr']}.")
     layer_sd = {k: v for k, v in model.state_dict().items() if k.startswith(layer_prefix)}
     has_bias = any("correction_bias" in k for k in layer_sd)
+    placeless = hf_checks.placeless_state(row["block"], hidden=int(config.hidden_size))
     return state_dict_checks.check_strict_load(
-        target["adapter"], titan_moe, layer_sd, prefix=prefix, hf_has_correction_bias=has_bias
+        target["adapter"], titan_moe, layer_sd, prefix=prefix, hf_has_correction_bias=has_bias, placeless=placeless
     )
 
 
@@ -223,18 +220,18 @@ def layout_note(moe_cls: type) -> str:
     return f"Titan MoE takes x_{found.name}: {found.evidence}"
 
 
-def _tiny_model(config: Any, moe: dict) -> Any | None:
+def _tiny_model(config: Any, moe: dict) -> tuple[Any | None, str]:
     """A materialized tiny model of the same type (random values): the value round trip and the
-    semantic checks run on it. None when transformers cannot build one (recorded as such)."""
+    semantic checks run on it. (None, why) when transformers cannot build one (recorded as such)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     layers = moe["row"]["index"] + 1 if moe.get("row") else 1
     kwargs = build_scaled_kwargs(config, ScalePlan(num_layers=min(layers, 2), tiny=True))
     kwargs["attn_implementation"] = "eager"
     try:
-        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs))
-    except Exception:  # noqa: BLE001 - no tiny twin means no value round trip (recorded as such), not a crash
-        return None
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs)), ""
+    except Exception as exc:  # noqa: BLE001 - no tiny twin means no value round trip (recorded as such), not a crash
+        return None, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
 
 def _random_state_dict(tiny: Any) -> dict[str, Any]:
@@ -250,11 +247,18 @@ def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tin
     row = moe.get("row")
     if row is None:
         return []
-    probed = (moe.get("params") or {}).get("moe_intermediate_size")
-    experts = getattr(row["block"], "experts", None)
+    probed_size = (moe.get("params") or {}).get("moe_intermediate_size")
+    experts, hidden = getattr(row["block"], "experts", None), int(config.hidden_size)
     issues = [] if experts is None else hf_checks.check_expert_layout(
-        experts, hidden=int(config.hidden_size), strict=strict, probed_intermediate=probed)
-    issues += hf_checks.check_correction_bias(row["block"], hf_checks.resolve_router(row["block"]), strict=strict)
+        experts, hidden=hidden, strict=strict, probed_intermediate=probed_size)
+    router, probed = hf_checks.resolve_router(row["block"]), moe.get("params") is not None
+    if experts is None:
+        issues += hf_checks.check_expert_container(row["block"], row["attr"], probed=probed, strict=strict)
+    issues += hf_checks.check_block_output_bias(row["block"], hidden=hidden, probed=probed, strict=strict)
+    issues += hf_checks.check_correction_bias(row["block"], router, strict=strict)
+    issues += conversion_checks.check_router_bias(router, strict=strict, titan_has_bias=moe.get("titan_router_bias"))
+    if experts is not None:
+        issues += conversion_checks.check_gate_up_interleaved(experts, target["adapter"], hidden=hidden)
     if moe.get("layer_level") or moe.get("params") is None:
         return issues
     if tiny is None:
