@@ -3,7 +3,8 @@
 One run: plan -> baselines (3 token counts, per-layer compile at one of them: its cold
 compile is minutes on a CPU) -> ideal times -> profile -> rank -> waits for the agent;
 then, as an agent without a shell would, a wrong rewrite (RoPE rotating the wrong way) is made
-with the agent tools alone (edit_file, commit_branch, submit: no git, no CLI) and rejected with its numbers (the rope region has two call sites of different layout, so it
+with the agent tools alone (edit_file, commit_branch, submit: no git, no CLI) and rejected with its
+numbers (the rope region has two call sites of different layout, so it
 compiles 8 graphs over 3 token counts + no_grad: over the 6-of-8 target), the shipped
 narrow-scores rewrite is submitted and validated into stack/1 (graphs, screen, 3 fresh
 processes, parity vs eager and fp64), the stack is declared complete, a human answers the
