@@ -24,7 +24,7 @@ from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_te
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text",
           "llama4_text", "granitemoe", "type:jetmoe", "type:nemotron_h", "type:zaya",
-          "type:deepseek_v2", "type:deepseek_v4"]
+          "type:deepseek_v2", "type:deepseek_v4", "type:longcat_flash"]
 pytestmark = pytest.mark.slow
 
 
@@ -172,6 +172,17 @@ def test_jetmoe_output_bias_is_core(reports: dict[str, CompatReport]) -> None:
     """Titan's MoE has no output bias; tests/test_moe_fixability_layouts.py shows it standing on the fixed target."""
     (bias,) = [i for i in reports["type:jetmoe"].issues if i.code == "moe_output_bias_unsupported"]
     assert bias.severity == "core" and "JetMoeMoE adds ['bias']" in bias.message
+
+
+def test_experts_that_compute_nothing_are_a_person_s_finding_not_a_transposed_layout(
+        reports: dict[str, CompatReport]) -> None:
+    """LongCat-Flash routes over 512 experts plus 256 zero-computation ones: the converted experts hold more
+    rows than Titan's MoE builds, which no transpose or key mapping in the experiment folder fits."""
+    r = reports["type:longcat_flash"]
+    assert "strict_load_shape_mismatch" not in codes(r)
+    (count,) = [i for i in r.issues if i.code == "expert_count_differs"]
+    assert count.severity == "core" and "zero_expert_num" in count.message and "768 vs 512" in count.message
+    assert "transposed" not in count.message
 
 
 def test_attention_is_described_per_layer_for_hybrids(reports: dict[str, CompatReport]) -> None:

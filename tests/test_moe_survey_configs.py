@@ -51,6 +51,22 @@ def test_a_config_that_validates_its_per_layer_lists_gets_lists_of_its_length():
     assert check_synthetic_config(entry, real) == []
 
 
+def test_a_config_with_other_field_names_keeps_its_layers_and_real_sizes():
+    # LongCat-Flash takes its sizes as ffn_hidden_size / expert_ffn_hidden_size and derives
+    # num_hidden_layers as 2 * num_layers: the synthetic entry once built no layer at all.
+    from transformers import AutoConfig
+
+    from phases.add_moe_model.work.synthetic import probe_entry_build
+
+    real = _config("longcat_flash")
+    entry = build_synthetic_entry(real)
+    built = AutoConfig.for_model(**entry)
+    assert (built.num_layers, built.ffn_hidden_size, built.expert_ffn_hidden_size) == (1, 12288, 2048)
+    assert built.n_routed_experts == 8 and built.zero_expert_num == 4  # 256 of 512 real: the same share
+    assert check_synthetic_config(entry, real) == [] and probe_entry_build(entry) == ([0], [])
+    assert build_truncated_config(real, num_layers=1).num_layers == 1
+
+
 @pytest.mark.parametrize("model_type", ["bailing_hybrid", "flex_olmo"])
 def test_the_padding_index_fits_the_shrunk_vocab(model_type):
     # Their default pad_token_id lies above vocab 256: nn.Embedding asserted in the probe's tiny model.

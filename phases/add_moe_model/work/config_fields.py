@@ -37,6 +37,22 @@ def config_init_keys(model_type: str) -> frozenset[str]:
     return frozenset(inspect.signature(CONFIG_MAPPING[model_type].__init__).parameters)
 
 
+def init_key(config: Any, key: str, keys: frozenset[str]) -> str | None:
+    """The keyword under which the config class takes ``key``: itself, or the field its ``attribute_map``
+    names (LongCat-Flash takes intermediate_size as ffn_hidden_size); None: the class takes neither."""
+    if key in keys:
+        return key
+    alias = getattr(type(config), "attribute_map", {}).get(key)
+    return alias if alias in keys else None
+
+
+def layer_count_key(keys: frozenset[str]) -> str:
+    """The field that sets how many decoder layers the model builds: ``num_hidden_layers``, or ``num_layers``
+    where the class derives num_hidden_layers from it (LongCat-Flash: two attention sublayers per layer, so
+    num_hidden_layers=1 builds none)."""
+    return "num_layers" if "num_hidden_layers" not in keys and "num_layers" in keys else "num_hidden_layers"
+
+
 def resolve_config_key(keys: frozenset[str], candidates: tuple[str, ...]) -> str | None:
     """Return the first candidate the config class reads, or None."""
     return next((k for k in candidates if k in keys), None)

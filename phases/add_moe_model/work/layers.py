@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from phases.add_moe_model.work.config_fields import read_field
+from phases.add_moe_model.work.config_fields import config_init_keys, layer_count_key, read_field
 
 MECHANISMS = (
     "mlp_layer_types",
@@ -69,5 +69,5 @@ def build_truncated_config(config: Any, *, num_layers: int) -> Any:
             setattr(small, key, [i for i in value if i < num_layers])
         elif isinstance(value, list) and len(value) == n and n != num_layers:
             setattr(small, key, value[:num_layers])
-    small.num_hidden_layers = num_layers
+    setattr(small, layer_count_key(config_init_keys(config.model_type)), num_layers)
     return small

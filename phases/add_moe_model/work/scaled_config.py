@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from phases.add_moe_model.work.config_fields import (
-    EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, read_field, read_first_layer_field, resolve_config_key,
+    EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, expert_count, init_key, layer_count_key, read_field,
+    read_first_layer_field, resolve_config_key,
 )
 
 MLA_DIMS = {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16}
@@ -69,14 +70,10 @@ def build_scaled_kwargs(real: Any, plan: ScalePlan) -> dict[str, Any]:
 
 def _size_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("hidden_size", "intermediate_size", "moe_intermediate_size"):
-        value = read_field(real, key)
-        if key in keys and value is not None:
-            out[key] = TINY[key] if plan.tiny else value
-    for key in CARRIED_KEYS:
-        value = read_field(real, key)
-        if key in keys and value is not None and not (key == "head_dim" and _is_mla(real)):
-            out[key] = TINY[key] if plan.tiny and key in TINY else value
+    for key in ("hidden_size", "intermediate_size", "moe_intermediate_size", *CARRIED_KEYS):
+        value, name = read_field(real, key), init_key(real, key, keys)
+        if name is not None and value is not None and not (key == "head_dim" and _is_mla(real)):
+            out[name] = TINY[key] if plan.tiny and key in TINY else value
     return out
 
 
@@ -88,6 +85,10 @@ def _routing_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[st
         out[expert_key] = plan.experts
     if top_k_key:
         out[top_k_key] = plan.top_k
+    zero_experts, real_experts = read_field(real, "zero_expert_num"), expert_count(real)
+    if "zero_expert_num" in keys and zero_experts and real_experts:
+        # experts that compute nothing (LongCat-Flash) keep their share of the router's choices
+        out["zero_expert_num"] = max(1, round(plan.experts * int(zero_experts) / real_experts))
     n_group = read_field(real, "n_group")
     if "n_group" in keys and n_group:
         group = resolve_expert_groups(plan.experts, wanted=int(n_group))
@@ -130,7 +131,7 @@ def resolve_heads(real: Any, *, hidden: int, tiny: bool) -> tuple[int, int]:
 
 def _layer_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str, Any]:
     n = plan.num_layers
-    out: dict[str, Any] = {"num_hidden_layers": n}
+    out: dict[str, Any] = {layer_count_key(keys): n}
     if "first_k_dense_replace" in keys and read_field(real, "first_k_dense_replace") is not None:
         out["first_k_dense_replace"] = 0
     if "decoder_sparse_step" in keys and read_field(real, "decoder_sparse_step") is not None:

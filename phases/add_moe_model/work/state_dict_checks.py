@@ -64,11 +64,9 @@ def check_strict_load(
     want = titan_moe.state_dict()
     missing = sorted(set(want) - set(sub))
     unexpected = sorted(set(sub) - set(want))
-    shapes = sorted(
-        f"{k}: converted {tuple(sub[k].shape)} vs titan {tuple(want[k].shape)}"
-        for k in set(sub) & set(want)
-        if tuple(sub[k].shape) != tuple(want[k].shape)
-    )
+    differing = {k: (tuple(sub[k].shape), tuple(want[k].shape)) for k in set(sub) & set(want)
+                 if tuple(sub[k].shape) != tuple(want[k].shape)}
+    shapes = sorted(f"{k}: converted {a} vs titan {b}" for k, (a, b) in differing.items())
     note = ""
     if not hf_has_correction_bias:
         benign = [k for k in missing if k.startswith("expert_bias")]
@@ -85,13 +83,18 @@ def check_strict_load(
         verdict="FAIL" if missing or unexpected or shapes else "PASS",
         missing=missing, unexpected=unexpected, shape_mismatch=shapes, checked_keys=len(want), note=note,
     )
-    return check, classify_strict_load(check, prefix=prefix, placeless=placeless)
+    counts = {k: (a[0], b[0]) for k, (a, b) in differing.items() if len(a) == len(b) and a[1:] == b[1:]}
+    return check, classify_strict_load(check, prefix=prefix, placeless=placeless,
+                                       row_counts=counts if len(counts) == len(differing) else {})
 
 
-def classify_strict_load(check: KeyCheck, *, prefix: str, placeless: frozenset[str] = frozenset()) -> list[CompatIssue]:
-    """Name the cause of each strict-load failure: misnamed bias, transposed experts, others (keys with no
-    place in Titan's MoE are the core findings', not a mapping to fix)."""
-    issues: list[CompatIssue] = []
+def classify_strict_load(check: KeyCheck, *, prefix: str, placeless: frozenset[str] = frozenset(),
+                         row_counts: dict[str, tuple[int, int]] | None = None) -> list[CompatIssue]:
+    """Name the cause of each strict-load failure: misnamed bias, transposed experts, a different expert
+    count, others (keys with no place in Titan's MoE are the core findings', not a mapping to fix).
+
+    ``row_counts``: key -> (converted, Titan) leading size, given when every shape differs in that size only."""
+    issues: list[CompatIssue] = [_expert_count_differs(row_counts, prefix)] if row_counts else []
     missing, unexpected = list(check.missing), [k for k in check.unexpected if k not in placeless]
     titan_bias = [k for k in missing if k.startswith("expert_bias")]
     hf_bias = [k for k in unexpected if k.startswith("expert_bias")]
@@ -111,7 +114,7 @@ def classify_strict_load(check: KeyCheck, *, prefix: str, placeless: frozenset[s
         )
         missing = [k for k in missing if k not in titan_bias]
         unexpected = [k for k in unexpected if k not in hf_bias]
-    if check.shape_mismatch:
+    if check.shape_mismatch and not row_counts:
         issues.append(
             CompatIssue(
                 code="strict_load_shape_mismatch",
@@ -132,6 +135,21 @@ def classify_strict_load(check: KeyCheck, *, prefix: str, placeless: frozenset[s
             )
         )
     return issues
+
+
+def _expert_count_differs(row_counts: dict[str, tuple[int, int]], prefix: str) -> CompatIssue:
+    listed = ", ".join(f"{prefix}{k}: {hf} vs {titan}" for k, (hf, titan) in sorted(row_counts.items())[:4])
+    return CompatIssue(
+        code="expert_count_differs",
+        message=(
+            f"the converted weights route over a different number of experts than the Titan MoE the target builds "
+            f"holds ({listed}); no transpose or key mapping fits them. HF's router may score experts that compute "
+            "nothing (zero-computation experts: config zero_expert_num), which Titan's MoE has no place for"
+        ),
+        fix_location="torchtitan/models/common/moe.py (MoE, TokenChoiceTopKRouter), outside the experiment folder "
+                     "(a person decides)",
+        severity="core",
+    )
 
 
 def roundtrip_issues(check: KeyCheck) -> list[CompatIssue]:

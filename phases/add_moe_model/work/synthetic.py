@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from phases.add_moe_model.model_source import ModelSource
 from phases.add_moe_model.work.config_fields import (
-    EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, expert_count, read_field, resolve_config_key,
+    EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, expert_count, init_key, read_field, resolve_config_key,
 )
 from phases.add_moe_model.work.hf_config import build_hf_config
 from phases.add_moe_model.work.scaled_config import DSA_DIMS, MLA_DIMS, ScalePlan, build_scaled_kwargs
@@ -108,11 +108,11 @@ def check_synthetic_config(entry: dict[str, Any], real: Any) -> list[str]:
 
 
 def _check_real_sizes(entry: dict[str, Any], real: Any) -> list[str]:
-    out = []
+    out, keys = [], config_init_keys(real.model_type)
     for key in ("hidden_size", "intermediate_size", "moe_intermediate_size"):
-        want = read_field(real, key)
-        if want is not None and entry.get(key) != want:
-            out.append(f"{key}={entry.get(key)!r} but the real config has {want!r}")
+        want, name = read_field(real, key), init_key(real, key, keys) or key
+        if want is not None and entry.get(name) != want:
+            out.append(f"{name}={entry.get(name)!r} but the real config has {want!r}")
     return out
 
 
@@ -180,9 +180,9 @@ def probe_entry_build(entry: dict[str, Any]) -> tuple[list[int], list[str]]:
     except (ValueError, TypeError, RuntimeError) as exc:
         return [], [f"transformers cannot build the entry on meta: {str(exc).splitlines()[0]}"]
     moe = [i for i, layer in enumerate(model.model.layers) if probe_moe_site(layer)[0] is not None]
-    n = entry["num_hidden_layers"]
+    n = len(model.model.layers)
     if not moe:
         return moe, [f"no MoE layer among the entry's {n} layers"]
     if moe[0] + 1 != n:
-        return moe, [f"num_hidden_layers={n} but the first MoE layer is {moe[0]}: minimum is {moe[0] + 1}"]
+        return moe, [f"the entry builds {n} layers but the first MoE layer is {moe[0]}: minimum is {moe[0] + 1}"]
     return moe, []
