@@ -14,6 +14,7 @@ PR question, and the audit of the trail is clean. Real subprocesses, git and Ind
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -24,6 +25,10 @@ from tests.conftest import cli
 
 TOKENS = "8,16,32"
 WRONG_ROPE = "rotated = pairs * freqs_cis.conj().unsqueeze(1)"
+
+
+def status_rows(state: Path, run_id: str) -> list[dict]:
+    return json.loads((state / "runs" / run_id / "run.json").read_text())["results"]["baselines"]["rows"]
 
 
 def _json(result: subprocess.CompletedProcess) -> dict:
@@ -69,6 +74,12 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     status = _json(advanced)
     assert advanced.returncode == 4, (status["summary"], advanced.stderr[-3000:])
     assert status["phase"] == "pick_fix" and status["awaiting"] == "agent"
+    # each fresh process of the long phases is reported, with an ETA from the second on
+    assert re.search(r"baselines: fresh process 1/3 of eager at \[8, 16, 32\] tokens \(step 1 of \d+",
+                     advanced.stderr), advanced.stderr[-3000:]
+    assert re.search(r"\(step 2 of \d+, ETA ", advanced.stderr), advanced.stderr[-3000:]
+    measured = {(r["variant"], r["tokens"]) for r in status_rows(state, run_id) if r["status"] == "measured"}
+    assert measured == {(v, t) for v in ("eager", "upstream") for t in (8, 16, 32)} | {("per_layer", 16)}
     target = Path(status["target"])
 
     wrong = _submit_wrong_rope_with_tools(run_id, state, target)
@@ -140,8 +151,6 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
 def check_reports_can_be_trusted(snapshot: dict, artifacts: Path) -> None:
     """Issue 24's first bullet, read from this run's reports: regions named, host timing indicative, comparisons
     side by side, per-step tables that add up or say why, glue outside every region ranked."""
-    import re
-
     from phases.local_compile_perf.rank import UNREGIONED
 
     entry = snapshot["records"]["stack_entry"][0]

@@ -42,6 +42,18 @@ def test_rows_this_machine_cannot_run_wait_for_a_human_and_stay_unrun(qwen_run, 
     assert any("torchrun's --module is its own flag" in text for text in feedback)
 
 
+def test_accepting_the_unrun_rows_runs_nothing_again(qwen_run, moe_state):
+    """The answer settles the question asked: the build check and the trainer assets ran once, not twice."""
+    if qwen_run["waiting"]["phase"] != "parallelism":
+        pytest.skip("GPUs are visible: every row ran")
+    trail = events(moe_state, qwen_run["status"]["run_id"])
+    workers = [e["data"]["label"] for e in trail if e["type"] == "worker_finished" and e["phase"] == "parallelism"]
+    assert workers == ["sharding build check", "trainer assets"]
+    completed = [e["data"] for e in trail if e["type"] == "phase_completed" and e["phase"] == "parallelism"]
+    assert [c["outcome"] for c in completed] == ["needs_human", "passed"]
+    assert completed[0]["data"]["rows"] == completed[1]["data"]["rows"]
+
+
 def test_qwen3_runs_to_a_commit_inside_the_experiment_folder(qwen_run, moe_state):
     assert qwen_run["code"] == 0, qwen_run["status"]
     status = qwen_run["status"]

@@ -57,6 +57,11 @@ SKIPPED = "not run: --torchrun-rows skip (build check only; `orchestrator run` r
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
+    asked = rows_asked_about(ctx)
+    if asked is not None:
+        ctx.progress("unrun rows accepted: the build check and rows the question was asked about stand "
+                     "(the target is unchanged since)")
+        return outcome(ctx, asked)
     entry = ctx.result("synthetic_config", Synthetic).entry
     request = {"model_type": entry["model_type"], "config_kwargs": entry}
     checks = ctx.call_worker(BUILD_CHECK, request, label="sharding build check")["results"]
@@ -76,8 +81,26 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.write_artifact("parallelism/sbatch.sh", job_script(ctx, paths, matrix(ngpu), python=python))
     ctx.write_artifact("parallelism.md", ctx.render("parallelism_report.md.j2", model_id=ctx.options["model_id"],
                                                     gpus=ngpu, fsdp=fsdp, compat=assets["compat"], rows=rows))
-    data = {"build_check": checks, "rows": rows, "gpus": ngpu, "fsdp": fsdp, "torch_compat": assets["compat"]}
+    data = {"build_check": checks, "rows": rows, "gpus": ngpu, "fsdp": fsdp, "torch_compat": assets["compat"],
+            "tree": tree_state(ctx.target)}
     return outcome(ctx, data)
+
+
+def rows_asked_about(ctx: PhaseContext) -> dict[str, Any] | None:
+    """The last attempt's data, when a human has just accepted its unrun rows and the target has not changed
+    since: answering the question needs no second build check nor second pass over the rows."""
+    last = ctx.results.get("parallelism") or {}
+    if ctx.answers.get(QUESTION_KEY) != "accept" or not last.get("rows") or "tree" not in last:
+        return None
+    return last if last["tree"] == tree_state(ctx.target) else None
+
+
+def tree_state(target: Path) -> dict[str, Any]:
+    """The target's commit and working-tree status (what the build check and the rows ran on)."""
+    from orchestrator.git import capture_base
+
+    base = capture_base(target)
+    return {"commit": base["commit"], "status": base["status"]}
 
 
 def write_assets(ctx: PhaseContext, files: dict[str, str]) -> TrainerPaths:
