@@ -20,6 +20,25 @@ pytest_plugins = ["tests.run_fixtures", "tests.slurm_kit"]
 TOY = "toy=tests.toyflow:WORKFLOW"
 
 
+# CI runs the suite on two pytest-xdist workers (--dist loadgroup): a test module is one unit of work, so its
+# module and session fixtures are built once, and modules sharing a session fixture that costs minutes form one
+# unit (the real runs of tests/run_fixtures.py; the SLURM cluster and its two fake GPUs).
+SHARED_UNITS = {
+    "real_runs": ("test_matrix_cpu", "test_moe_workflow", "test_moe_main_tree", "test_moe_survey"),
+    "slurm": ("test_slurm_cluster", "test_slurm_jobs", "test_slurm_parallelism", "test_slurm_restart",
+              "test_slurm_survey", "test_slurm_timeout", "test_slurm_sacct", "test_slurm_job_files"),
+}
+UNIT_OF_MODULE = {module: unit for unit, modules in SHARED_UNITS.items() for module in modules}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            stem = item.path.stem
+            item.add_marker(pytest.mark.xdist_group(UNIT_OF_MODULE.get(stem, stem)))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def isolation(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("home")
