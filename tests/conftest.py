@@ -20,9 +20,10 @@ pytest_plugins = ["tests.run_fixtures", "tests.slurm_kit"]
 TOY = "toy=tests.toyflow:WORKFLOW"
 
 
-# CI runs the suite on two pytest-xdist workers (--dist loadgroup): a test module is one unit of work, so its
-# module and session fixtures are built once, and modules sharing a session fixture that costs minutes form one
-# unit (the real runs of tests/run_fixtures.py; the SLURM cluster and its two fake GPUs).
+# CI runs the suite on two pytest-xdist workers. A test module is one unit of work, so its module and session
+# fixtures are built once; modules that share a session fixture costing minutes form one unit (the real runs of
+# tests/run_fixtures.py; the SLURM cluster and its two fake GPUs). xdist's own --dist loadgroup cannot say this
+# under pytest 9 (it renames node ids through an attribute pytest 9 no longer reads), so the scheduler is ours.
 SHARED_UNITS = {
     "real_runs": ("test_matrix_cpu", "test_moe_workflow", "test_moe_main_tree", "test_moe_survey"),
     "slurm": ("test_slurm_cluster", "test_slurm_jobs", "test_slurm_parallelism", "test_slurm_restart",
@@ -31,12 +32,20 @@ SHARED_UNITS = {
 UNIT_OF_MODULE = {module: unit for unit, modules in SHARED_UNITS.items() for module in modules}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            stem = item.path.stem
-            item.add_marker(pytest.mark.xdist_group(UNIT_OF_MODULE.get(stem, stem)))
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module's shared unit, or its module."""
+    module = nodeid.split("::", 1)[0]
+    return UNIT_OF_MODULE.get(Path(module).stem, module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return ModuleUnits(config, log)
 
 
 @pytest.fixture(autouse=True, scope="session")
