@@ -20,7 +20,8 @@ pytest_plugins = ["tests.run_fixtures", "tests.slurm_kit"]
 TOY = "toy=tests.toyflow:WORKFLOW"
 
 
-# CI runs the suite on two pytest-xdist workers. A test module is one unit of work, so its module and session
+# CI runs the suite on two pytest-xdist workers (.ci/run: -n 2 --no-loadscope-reorder, so units go in the
+# order below rather than by their number of tests). A test module is one unit of work, so its module and session
 # fixtures are built once; modules that share a session fixture costing minutes form one unit (the real runs of
 # tests/run_fixtures.py; the SLURM cluster and its two fake GPUs). xdist's own --dist loadgroup cannot say this
 # under pytest 9 (it renames node ids through an attribute pytest 9 no longer reads), so the scheduler is ours.
@@ -36,6 +37,18 @@ def unit_of(nodeid: str) -> str:
     """The unit of work a test belongs to: its module's shared unit, or its module."""
     module = nodeid.split("::", 1)[0]
     return UNIT_OF_MODULE.get(Path(module).stem, module)
+
+
+# Units that take minutes go first, so that neither worker starts one near the end (longest first).
+LONGEST_FIRST = ("real_runs", "tests/test_lcp_workflow_e2e.py", "slurm", "tests/test_moe_numerics.py",
+                 "tests/test_moe_probe.py", "tests/test_moe_synthetic.py", "tests/test_moe_pretrained.py",
+                 "tests/test_moe_gap_recipes.py", "tests/test_agent_moe_fix.py",
+                 "tests/test_moe_fixability_numerics.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(rank)))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
