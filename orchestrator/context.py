@@ -9,16 +9,19 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.trail import events as ev
 from orchestrator.trail.writer import OpenRun
 from orchestrator.templates_dir import templates_dir
-from orchestrator.worker import failure, run_worker
+from orchestrator.errors import WorkerFailed
+from orchestrator.phase_api import Worker
+from orchestrator.worker import FRESH, Runner, failure, run_worker
 
 M = TypeVar("M", bound=BaseModel)
+A = TypeVar("A", bound=BaseModel)
 
 
 def json_safe(value: Any) -> Any:
@@ -44,9 +47,11 @@ class EngineContext:
         timeout_s: float,
         on_progress: Callable[[str], None],
         actor: str = "engine",
+        runner: Runner = FRESH,
     ) -> None:
         state = run.state
         self._run = run
+        self._runner = runner
         self._templates = templates
         self._timeout_s = timeout_s
         self._on_progress = on_progress
@@ -109,12 +114,26 @@ class EngineContext:
     def progress(self, message: str) -> None:
         self._on_progress(f"{self.phase}: {message}")
 
-    def call_worker(self, func: str, request: dict[str, Any], *, timeout_s: float | None = None,
-                    label: str = "") -> dict[str, Any]:
-        label = label or func.rpartition(":")[2]
+    def call(self, worker: Worker[Any, A], request: BaseModel | Mapping[str, Any], *,
+             timeout_s: float | None = None, label: str = "") -> A:
+        """See ``PhaseContext.call``: the request and the answer are validated by the handle's models."""
+        body = worker.request.model_validate(request).model_dump(mode="json")
+        answer = self._run_worker(worker.ref, body, models=worker.models(), timeout_s=timeout_s,
+                                  label=label or worker.label)
+        try:
+            return worker.answer.model_validate(answer)
+        except ValidationError as exc:
+            raise WorkerFailed(f"worker {worker.ref} answered what {worker.answer.__name__} refuses: {exc}; "
+                               f"log: artifacts/{self.last_worker_log}", log=self.last_worker_log or "",
+                               status="failed") from None
+
+    def _run_worker(self, func: str, request: dict[str, Any], *, models: tuple[str, ...],
+                    timeout_s: float | None, label: str) -> dict[str, Any]:
+        """Run one call on this context's runner, keep its log as an artifact, record how it ended."""
         self.progress(f"worker {label} started")
         result = run_worker(func, request, target=self.target, python=self.options.get("python") or sys.executable,
-                            timeout_s=timeout_s or self._timeout_s, on_progress=self.progress)
+                            timeout_s=timeout_s or self._timeout_s, on_progress=self.progress, models=models,
+                            runner=self._runner)
         seq = self._run.state["last_seq"] + 1
         log_name = self.write_artifact(f"logs/{seq:06d}-{self.phase}-{_slug(label)}.log", result.log)
         self.last_worker_log = log_name
@@ -123,7 +142,7 @@ class EngineContext:
                                        log=log_name))
         if result.answer is None:
             raise failure(func, result, log_name=log_name)
-        return json_safe(result.answer)
+        return result.answer
 
     def render(self, template: str, **values: Any) -> str:
         return render_template(self._templates, template, **values)

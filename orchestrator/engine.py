@@ -25,6 +25,7 @@ from orchestrator.trail.writer import OpenRun
 from orchestrator.handback import read_results, record_handback
 from orchestrator.resume_report import AGENT_QUESTION_ONLY, wait_point, with_report
 from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiver, waived_codes
+from orchestrator.worker import FRESH, Runner
 from orchestrator.workflow import DONE, Workflow, load_workflow
 
 Progress = Callable[[str], None]
@@ -42,8 +43,11 @@ class Outcome:
     """Fields a command adds to its ``--json`` object (resume: ``recorded``, ``still_waiting``, ``moved``)."""
 
 
-def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, actor: str = "human") -> Outcome:
+def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, actor: str = "human",
+          runner: Runner = FRESH) -> Outcome:
     """Validate options, prepare the target, create the run. Bad input writes nothing.
+
+    ``runner``: which process runs the worker calls of ``prepare`` (a survey passes its warm server's).
 
     Options the workflow marks human-only (they answer a human-only question) are taken only
     from a person (``actor="human"``, the CLI); an agent's start with one is refused.
@@ -57,15 +61,15 @@ def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, a
     store.check_writable()
     made_state_dir = not store.state_dir.exists()
     try:
-        return _start_prepared(workflow, options, store=store, actor=actor)
+        return _start_prepared(workflow, options, store=store, actor=actor, runner=runner)
     except BaseException:
         if made_state_dir:
             _remove_if_runless(store)
         raise
 
 
-def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor: str) -> Outcome:
-    prepared = workflow.prepare(options, str(store.state_dir))
+def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor: str, runner: Runner) -> Outcome:
+    prepared = workflow.prepare(options, str(store.state_dir), runner=runner)
     if prepared.answers and actor != "human":
         raise UsageError(f"start options {', '.join(sorted(prepared.answers))} answer questions only a person may "
                          "answer; a person starts this run with `orchestrator start`")
@@ -101,12 +105,15 @@ def _remove_if_runless(store: RunStore) -> None:
 
 
 def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None,
-            max_phases: int | None = None) -> Outcome:
-    """Run phases until the run is done or waits on an agent or a human."""
+            max_phases: int | None = None, runner: Runner = FRESH) -> Outcome:
+    """Run phases until the run is done or waits on an agent or a human.
+
+    ``runner``: which process runs the phases' worker calls (a survey passes its warm server's).
+    """
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
         workflow = load_workflow(run.state["workflow"])
-        return drive_open_run(run, workflow, progress=progress, max_phases=max_phases)
+        return drive_open_run(run, workflow, progress=progress, max_phases=max_phases, runner=runner)
 
 
 def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str = "human",
@@ -212,7 +219,8 @@ def refuse_terminal(state: dict[str, Any]) -> None:
         raise RunFinished(f"run {state['run_id']} is {state['status']}; start a new run instead")
 
 
-def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None) -> Outcome:
+def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None,
+                   runner: Runner = FRESH) -> Outcome:
     """Run phases of a run whose lock the caller holds (``advance``, ``resume``, ``submit``)."""
     messages: list[str] = []
     done = 0
@@ -234,7 +242,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
             break
         if max_phases is not None and done >= max_phases:
             break
-        name, attempt, result = _run_phase(run, workflow, progress=progress)
+        name, attempt, result = _run_phase(run, workflow, progress=progress, runner=runner)
         result = apply_waivers(result, waived_codes(run.state, name))
         done += 1
         with run.atomic():  # completion, questions and transition land in one write, or none does
@@ -265,7 +273,7 @@ def _guards_hold(run: OpenRun, workflow: Workflow) -> bool:
     return ok
 
 
-def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple[str, int, Any]:
+def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: Runner) -> tuple[str, int, Any]:
     from orchestrator.phase_api import PhaseResult
 
     name = run.state["phase"]
@@ -279,7 +287,7 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple
     run.append(ev.PhaseStarted(attempt=attempt), phase=name)
     run.flush()
     ctx = EngineContext(run, phase=name, templates=workflow.templates,
-                        timeout_s=spec.timeout_s, on_progress=progress)
+                        timeout_s=spec.timeout_s, on_progress=progress, runner=runner)
     ctx.interrupted = interrupted
     entry = module.reconcile if interrupted and hasattr(module, "reconcile") else module.run
     try:

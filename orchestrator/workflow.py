@@ -58,8 +58,9 @@ class Prepared:
     answers: dict[str, Any] = field(default_factory=dict)
 
 
-Prepare = Callable[[Any, str], Prepared]
-"""``prepare(options_model, state_dir)``: validate input, make the workspace; raise UsageError."""
+Prepare = Callable[..., Prepared]
+"""``prepare(options_model, state_dir, *, runner)``: validate input, make the workspace; raise UsageError.
+``runner`` (an ``orchestrator.worker.Runner``) runs any worker call it makes, as the run's phases will."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

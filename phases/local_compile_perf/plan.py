@@ -64,10 +64,11 @@ def run(ctx: PhaseContext) -> PhaseResult:
                            issues=(Issue(code="harness_missing", message="a torchtitan tree needs --harness MOD:FN "
                                          "(a factory returning the Harness of phases/kit/harness.py)",
                                          fix_location="orchestrator start ... --harness"),))
-    from phases.local_compile_perf.work.probe import ProbeRequest
+    from phases.local_compile_perf.work.probe import TargetProbeRequest
+    from phases.local_compile_perf.workers import PROBE
 
-    probe = ctx.call_worker("phases.local_compile_perf.work.probe:probe_target_worker",
-                            ProbeRequest(harness=opts["harness"], device=opts["device"]).model_dump(), label="probe")
+    probe = ctx.call(PROBE, TargetProbeRequest(harness=opts["harness"], device=opts["device"]),
+                     label="probe").model_dump(mode="json")
     sizes = resolve_sizes(opts, probe["device"])
     plan = Plan(harness=opts["harness"], kind=opts["target_kind"], device=probe["device"],
                 device_name=probe["device_name"], torch=probe["torch"], spec=HarnessSpec(**probe["spec"]), sizes=sizes,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseResult
 from orchestrator.workflow import PatchPolicy, PhaseSpec, Prepared, Workflow
+from tests.toyflow.worker_fns import READ_VALUE
 
 
 class Options(BaseModel):
@@ -22,13 +23,13 @@ class Options(BaseModel):
     target: str
 
 
-def prepare(options: Options, state_dir: str) -> Prepared:
+def prepare(options: Options, state_dir: str, *, runner: Any = None) -> Prepared:
     return Prepared(target=str(Path(options.target).resolve()), options=options.model_dump())
 
 
 def measure(ctx: Any, label: str) -> dict[str, Any]:
-    answer = ctx.call_worker("tests.toyflow.worker_fns:read_value", {"path": "core/value.txt"}, label=label)
-    return {"value": answer["value"], "log": ctx.last_worker_log}
+    answer = ctx.call(READ_VALUE, {"path": "core/value.txt"}, label=label)
+    return {"value": answer.value, "log": ctx.last_worker_log}
 
 
 def run(ctx: Any) -> PhaseResult:
