@@ -148,6 +148,21 @@ class EngineContext:
         return render_template(self._templates, template, **values)
 
 
+def phase_context(run: OpenRun, workflow: Any, *, phase: str | None = None, actor: str = "engine",
+                  progress: Callable[[str], None] = lambda _m: None, runner: Runner = FRESH) -> EngineContext:
+    """The engine's one way to build a context: for ``phase`` of ``workflow`` (default: where the run is).
+
+    Args:
+        workflow: the run's ``orchestrator.workflow.Workflow`` (templates, the phase's worker timeout).
+        actor: who acts through it: "engine" for a phase, the submitter for a submission or hand-back.
+        runner: which process runs its worker calls.
+    """
+    name = phase or run.state["phase"]
+    spec = next((p for p in workflow.phases if p.name == name), None)
+    return EngineContext(run, phase=name, templates=workflow.templates, timeout_s=spec.timeout_s if spec else 0,
+                         on_progress=progress, actor=actor, runner=runner)
+
+
 def render_template(folder: str, template: str, **values: Any) -> str:
     """Render ``templates/<folder>/<template>`` with StrictUndefined."""
     import jinja2

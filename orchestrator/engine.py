@@ -16,7 +16,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from orchestrator.trail import events as ev
-from orchestrator.context import EngineContext, json_safe
+from orchestrator.context import json_safe, phase_context
 from orchestrator.answers import validate_answer
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunFinished, UsageError, WorkerFailed
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
@@ -134,7 +134,7 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
         parsed.update({validate_waiver(run.state, code, reason, actor=actor): reason
                        for code, reason in (waivers or {}).items()})
         if handback is not None:
-            record_handback(run, handback, templates=load_workflow(run.state["workflow"]).templates)
+            record_handback(run, handback, workflow=load_workflow(run.state["workflow"]))
         agent_keys, before = set(run.state["agent_asked"]), wait_point(run.state)
         run.append_many([ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id)
                          for key, value in parsed.items()], actor=actor, phase=run.state["phase"])
@@ -190,8 +190,7 @@ def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, act
             parsed = row.args.model_validate(args)
         except ValidationError as exc:
             raise UsageError(f"{kind}: " + _validation_message(exc)) from None
-        ctx = EngineContext(run, phase=row.phase, templates=workflow.templates,
-                            timeout_s=workflow.phase(row.phase).timeout_s, on_progress=progress, actor=actor)
+        ctx = phase_context(run, workflow, phase=row.phase, progress=progress, actor=actor)
         resolve_ref(row.check)(ctx, parsed, tool_call_id)
         run.flush()
         if row.drive:
@@ -199,7 +198,7 @@ def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, act
         return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
 
 
-def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[EngineContext, Any]:
+def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[Any, Any]:
     """A context for a temporary patch; refuses when the workflow or phase takes none."""
     policy = workflow.patches
     if policy is None:
@@ -207,10 +206,7 @@ def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[Engi
     if run.state["phase"] != policy.phase:
         raise UsageError(f"temporary patches are accepted only in phase {policy.phase}; "
                          f"run {run.run_id} is in {run.state['phase']}")
-    spec = workflow.phase(policy.phase)
-    ctx = EngineContext(run, phase=policy.phase, templates=workflow.templates,
-                        timeout_s=spec.timeout_s, on_progress=lambda _m: None, actor=actor)
-    return ctx, policy
+    return phase_context(run, workflow, phase=policy.phase, actor=actor), policy
 
 
 def refuse_terminal(state: dict[str, Any]) -> None:
@@ -277,7 +273,7 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
     from orchestrator.phase_api import PhaseResult
 
     name = run.state["phase"]
-    spec, module = workflow.phase(name), workflow.modules[name]
+    module = workflow.modules[name]
     interrupted = run.state["in_flight"] == name
     if interrupted:
         action = "reconcile" if callable(getattr(module, "reconcile", None)) else "rerun"
@@ -286,12 +282,15 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
     attempt = run.state["attempts"].get(name, 0) + 1
     run.append(ev.PhaseStarted(attempt=attempt), phase=name)
     run.flush()
-    ctx = EngineContext(run, phase=name, templates=workflow.templates,
-                        timeout_s=spec.timeout_s, on_progress=progress, runner=runner)
+    ctx = phase_context(run, workflow, phase=name, progress=progress, runner=runner)
     ctx.interrupted = interrupted
     entry = module.reconcile if interrupted and hasattr(module, "reconcile") else module.run
     try:
-        result = entry(ctx)
+        try:
+            result = entry(ctx)
+        finally:
+            for hook in workflow.after_phase:
+                hook(ctx)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (the CLI turns it into CommandStopped)
         run.append(ev.CommandInterrupted(signal=getattr(exc, "signal_name", "SIGINT"), command_phase=name),
                    phase=name)

@@ -157,6 +157,9 @@ class Workflow:
     """Start options only a person may give: they answer human-only questions (agents' starts refuse them)."""
     templates: str = ""
     """The workflow's folder under the top-level ``templates/`` (see ``orchestrator.templates_dir``)."""
+    after_phase: tuple[Callable[[Any], None], ...] = ()
+    """Hooks the engine calls with the phase's context when any phase's ``run`` (or ``reconcile``) ends,
+    also when it raised, e.g. rendering a devlog from the notes: cross-cutting, so declared once here."""
     modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -196,6 +199,7 @@ class Workflow:
         problems += [f"phase {n!r} unreachable" for n in names if n not in reachable]
         fields = getattr(self.options, "model_fields", {})
         problems += [f"human option {o!r} is not an option" for o in self.human_options if o not in fields]
+        problems += [f"after_phase hook {h!r} is not callable" for h in self.after_phase if not callable(h)]
         for kind, row in self.submissions.items():
             if row.phase not in names:
                 problems.append(f"submission {kind!r}: phase {row.phase!r} unknown")

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.local_compile_perf.confirmed import build_cells, record_cells
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.work.traps import TrapRequest
 from phases.local_compile_perf.workers import CONFIRM, TRAPS
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
     traps = ctx.call(TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device),

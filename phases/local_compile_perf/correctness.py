@@ -26,7 +26,7 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.candidates import current, in_checkout, reject
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan, TpEpVerdict
 from phases.local_compile_perf.tp_ep import check_tp_ep, summary
 from phases.local_compile_perf.work.candidate_checks import CaptureRequest, CorrectnessRequest, SaveCaptureRequest
@@ -35,7 +35,6 @@ from phases.local_compile_perf.workers import CAPTURE, COMPARE
 NOT_COVERED = {"pp": "not in the harness", "ac": "recipe AC mode is the harness's (re-timing under SAC not done)"}
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
     prepared = cand.prepared

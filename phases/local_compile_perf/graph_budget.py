@@ -13,11 +13,10 @@ from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.graphs import GraphBudgetRequest
 from phases.kit.workers import GRAPH_BUDGET
 from phases.local_compile_perf.candidates import current, in_checkout, reject
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
     prepared = cand.prepared

@@ -15,13 +15,12 @@ from typing import Any
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.bandwidth import BandwidthRequest
 from phases.kit.workers import BANDWIDTH
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.workers import GLUE
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
     bw = ctx.call(BANDWIDTH, BandwidthRequest(device=plan.device), label="bandwidth").model_dump(mode="json")

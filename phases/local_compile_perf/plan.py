@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.kit.harness import HarnessSpec, TimingKnobs
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan, Sizes
 from phases.local_compile_perf.start import resolve_budget_s
 
@@ -52,7 +52,6 @@ def resolve_sizes(options: dict[str, Any], device: str) -> Sizes:
                  why="as given" if given else base.why)
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     """Inventory the tree, resolve device, sizes and harness, write plan.md and the devlog's first entry."""
     opts = ctx.options

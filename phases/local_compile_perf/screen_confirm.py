@@ -20,7 +20,7 @@ from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.records import spread_pct_of
 from phases.local_compile_perf.candidates import current, in_checkout, reject
 from phases.local_compile_perf.confirmed import build_cells, cell, record_cells
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Cell, Judgement, Plan
 from phases.local_compile_perf.work.candidate_checks import ScreenRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
@@ -37,7 +37,6 @@ def judge(stack: Cell, cand: Cell, metric: str = "wall_ms", *, cuda: bool) -> Ju
                      noise_band_pct=band, verdict=verdict)
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
     medians = screen(ctx, plan, cand)
