@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from orchestrator.trail import events as ev
 from orchestrator.context import json_safe, phase_context
 from orchestrator.answers import validate_answer
-from orchestrator.errors import EXIT_OK, OrchestratorError, RunFinished, UsageError, WorkerFailed
+from orchestrator.errors import EXIT_OK, OrchestratorError, RunIsFinished, UsageError, WorkerFailed
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
 from orchestrator.trail.writer import OpenRun
@@ -210,9 +210,9 @@ def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[Any,
 
 
 def refuse_terminal(state: dict[str, Any]) -> None:
-    """RunFinished (exit 2) for a run that is done or aborted."""
+    """RunIsFinished (exit 2) for a run that is done or aborted."""
     if state["status"] in TERMINAL:
-        raise RunFinished(f"run {state['run_id']} is {state['status']}; start a new run instead")
+        raise RunIsFinished(f"run {state['run_id']} is {state['status']}; start a new run instead")
 
 
 def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None,

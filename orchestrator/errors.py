@@ -52,7 +52,9 @@ class TrailCorrupt(UsageError):
     code = "trail_corrupt"
 
 
-class RunFinished(UsageError):
+class RunIsFinished(UsageError):
+    """The run is done or aborted; it takes no further command (not the ``run_finished`` event)."""
+
     code = "run_finished"
 
 

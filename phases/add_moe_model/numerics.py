@@ -36,7 +36,7 @@ from phases.add_moe_model.load_findings import check_load
 from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.work.numerics import CompareRequest
-from phases.add_moe_model.workers import NUMERICS
+from phases.add_moe_model.workers import NUMERICS, SEED
 from phases.add_moe_model.tier_text import firmness_line, flip_text, reaches, split_text, tier_text
 
 VERDICT_DTYPE = "bfloat16"
@@ -116,7 +116,7 @@ def resolve_synthetic_entry(results: dict[str, dict[str, Any]]) -> dict[str, Any
 
 def build_request(entry: dict[str, Any], *, options: dict[str, Any]) -> dict[str, Any]:
     return CompareRequest(model_type=entry["model_type"], config_kwargs=entry, dtypes=[VERDICT_DTYPE, DIAGNOSTIC_DTYPE],
-                          device=options.get("device", "auto"), seed=int(options.get("seed", 42))).model_dump()
+                          device=options.get("device", "auto"), seed=SEED).model_dump()
 
 
 def build_table(results: list[Any]) -> NumericsTable:

@@ -22,7 +22,7 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import tree_scripts
 from phases.add_moe_model.compat import EXP
 from phases.add_moe_model.error_triage import NOT_THE_AGENTS, OURS, triage_error
-from phases.add_moe_model.workers import PRETRAINED, TREE_PRETRAINED
+from phases.add_moe_model.workers import PRETRAINED, SEED, TREE_PRETRAINED
 
 NEP_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence_pretrained.py"
 METRIC_UNITS = {"kl": "nats", "cos_sim": "ratio", "max_diff": "abs", "mean_diff": "abs"}
@@ -34,8 +34,7 @@ def attach(ctx: PhaseContext, result: PhaseResult) -> PhaseResult:
     weights = ctx.options.get("weights")
     if not weights:
         return result
-    request = {"weights": weights, "device": ctx.options.get("device", "auto"),
-               "seed": int(ctx.options.get("seed", 42))}
+    request = {"weights": weights, "device": ctx.options.get("device", "auto"), "seed": SEED}
     ctx.progress(f"pretrained comparison on {weights}")
     row = ctx.call(PRETRAINED, request, label="pretrained").model_dump()
     ctx.write_artifact("numerics_pretrained.txt", ctx.render("pretrained_table.txt.j2", r=row))

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseResult
 from phases.add_moe_model.compat import EXP
-from phases.add_moe_model.workers import TREE_NUMERICS
+from phases.add_moe_model.workers import SEED, TREE_NUMERICS
 
 NE_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
 TIERS = ("PASS", "WARN", "FAIL")
@@ -123,7 +123,7 @@ def run_tree_script(ctx: Any, *, model_type: str, our_layout: str) -> TreeScript
         return TreeScriptVerdict(shipped=False)
     ctx.progress(f"running the tree's own {NE_PATH.rsplit('/', 1)[-1]} for {model_type}")
     request = {"script": NE_PATH, "model_type": model_type, "device": ctx.options.get("device", "auto"),
-               "seed": int(ctx.options.get("seed", 42))}
+               "seed": SEED}
     try:
         answer = ctx.call(TREE_NUMERICS, request, label="tree_numerics").model_dump()
     except WorkerFailed as exc:

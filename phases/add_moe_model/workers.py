@@ -18,6 +18,9 @@ from phases.add_moe_model.work.synthetic import SyntheticRequest, SyntheticRespo
 from phases.add_moe_model.work.trainer_assets import AssetsRequest, AssetsResult
 from phases.add_moe_model.work.tree_script import ScriptAnswer, ScriptRequest
 
+SEED = 42
+"""The seed of every comparison a phase asks for (no start option sets it)."""
+
 PROBE = Worker("phases.add_moe_model.work.probe:probe", ProbeRequest, ProbeResponse)
 SYNTHETIC = Worker("phases.add_moe_model.work.synthetic:build_synthetic", SyntheticRequest, SyntheticResponse)
 NUMERICS = Worker("phases.add_moe_model.work.numerics:compare_dtypes", CompareRequest, CompareAnswer)

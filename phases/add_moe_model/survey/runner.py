@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.errors import RunFinished, UsageError
+from orchestrator.errors import RunIsFinished, UsageError
 from orchestrator.trail.store import RunStore, atomic_write
 from phases.add_moe_model.survey.outcome import OUTCOMES, UNSUPPORTED_CODES, SurveyRow, row_from_run
 
@@ -115,7 +115,7 @@ def survey_one(model_type: str, opts: SurveyOptions, *, store: RunStore, root: P
             save_in_flight(opts.out, model_type, run_id)
         try:
             state = engine.advance(run_id, store=store, runner=runner).state
-        except RunFinished:  # killed after its run ended but before its row was saved
+        except RunIsFinished:  # killed after its run ended but before its row was saved
             state = store.read_state(run_id)
         return row_from_run(model_type, model, state, store.run_dir(run_id), warm_root=str(root))
     except Exception as exc:  # noqa: BLE001 - any exception reaching here is ours: an error row

@@ -217,7 +217,7 @@ def prepare_bench(req: CompareRequest, *, first_dtype: str) -> Bench:
     seconds = {"import": elapsed(t0), "import_backend": elapsed(backend_t)}
     device, note = resolve_device(req.device)
     t1 = time.perf_counter()
-    config = moe_blocks.build_hf_config(req.model_type, req.config_kwargs)
+    config = moe_blocks.build_config_from_entry(req.model_type, req.config_kwargs)
     model_cls = AutoModelForCausalLM._model_mapping[type(config)]
     hf_impl = moe_blocks.set_experts_impl(config, model_cls=model_cls)
     torch.manual_seed(req.seed)
