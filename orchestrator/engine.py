@@ -173,24 +173,16 @@ def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, act
     in between. Bad input (unknown kind, wrong phase, arguments the model refuses, the check's
     refusal) raises UsageError and records nothing the check did not record itself.
     """
-    from orchestrator.workflow import PATCH, resolve_ref
+    from orchestrator.workflow import resolve_ref
 
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
         workflow = load_workflow(run.state["workflow"])
-        row = workflow.submissions.get(kind)
-        if row is None:
-            taken = "temporary patches" if kind == PATCH else f"{kind!r} submissions"
-            kinds = ", ".join(sorted(workflow.submissions)) or "none"
-            raise UsageError(f"workflow {workflow.name} takes no {taken} (it takes: {kinds})")
-        if run.state["phase"] != row.phase:
-            raise UsageError(f"{row.noun or kind} are accepted only in phase {row.phase}; run {run_id} is in "
-                             f"{run.state['phase']}")
+        ctx, row = submission_context(run, workflow, kind, actor=actor, progress=progress)
         try:
             parsed = row.args.model_validate(args)
         except ValidationError as exc:
             raise UsageError(f"{kind}: " + _validation_message(exc)) from None
-        ctx = phase_context(run, workflow, phase=row.phase, progress=progress, actor=actor)
         resolve_ref(row.check)(ctx, parsed, tool_call_id)
         run.flush()
         if row.drive:
@@ -198,15 +190,24 @@ def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, act
         return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
 
 
-def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[Any, Any]:
-    """A context for a temporary patch; refuses when the workflow or phase takes none."""
-    policy = workflow.patches
-    if policy is None:
-        raise UsageError(f"workflow {workflow.name} takes no temporary patches")
-    if run.state["phase"] != policy.phase:
-        raise UsageError(f"temporary patches are accepted only in phase {policy.phase}; "
-                         f"run {run.run_id} is in {run.state['phase']}")
-    return phase_context(run, workflow, phase=policy.phase, actor=actor), policy
+def submission_context(run: OpenRun, workflow: Workflow, kind: str, *, actor: str,
+                       progress: Progress = lambda _: None) -> tuple[Any, Any]:
+    """The context and row of a ``kind`` submission (or of undoing one: ``ledger.revert_patches``).
+
+    Raises:
+        UsageError: the table has no ``kind`` row, or the run is not in the row's phase.
+    """
+    from orchestrator.workflow import PATCH
+
+    row = workflow.submissions.get(kind)
+    if row is None:
+        taken = "temporary patches" if kind == PATCH else f"{kind!r} submissions"
+        kinds = ", ".join(sorted(workflow.submissions)) or "none"
+        raise UsageError(f"workflow {workflow.name} takes no {taken} (it takes: {kinds})")
+    if run.state["phase"] != row.phase:
+        raise UsageError(f"{row.noun or kind} are accepted only in phase {row.phase}; run {run.run_id} is in "
+                         f"{run.state['phase']}")
+    return phase_context(run, workflow, phase=row.phase, progress=progress, actor=actor), row
 
 
 def refuse_terminal(state: dict[str, Any]) -> None:

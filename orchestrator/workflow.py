@@ -64,22 +64,6 @@ Prepare = Callable[..., Prepared]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class PatchPolicy:
-    """Where temporary (must-be-reverted) patches are allowed and how each is measured.
-
-    Attributes:
-        phase: the only phase during which the ledger accepts patches.
-        measure: "module:function" called as ``fn(ctx, label)`` after each patch is applied;
-            returns the row to record (e.g. {"max_diff": ..., "kl": ..., "log": ...}).
-        row_kind: record kind of those rows, e.g. "gap_row".
-    """
-
-    phase: str
-    measure: str
-    row_kind: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Submission:
     """A row of the table for input a run takes from outside (``orchestrator submit``, agent tool ``submit``).
 
@@ -102,7 +86,8 @@ class Submission:
 
 
 PATCH = "patch"
-"""The engine's own submission kind: a temporary patch of the ledger (``orchestrator.ledger``)."""
+"""The engine's own submission kind: a temporary patch of the ledger (``orchestrator.ledger.patch_row``);
+a workflow takes temporary patches exactly when its table has this row."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,7 +135,6 @@ class Workflow:
     """Path prefixes the run may change permanently; a temporary patch may not touch them."""
     frozen: tuple[str, ...] = ()
     """Paths (prefixes) no agent tool may edit; the workflow's guards re-check them from git."""
-    patches: PatchPolicy | None = None
     submissions: Mapping[str, Submission] = field(default_factory=dict)
     """Input taken from outside, by kind (e.g. "candidate", "patch"); see ``Submission``."""
     human_options: tuple[str, ...] = ()
@@ -205,8 +189,6 @@ class Workflow:
                 problems.append(f"submission {kind!r}: phase {row.phase!r} unknown")
             if not callable(resolve_ref(row.check, problems)):
                 problems.append(f"submission {kind!r}: check {row.check!r} is not a function")
-        if self.patches is not None and PATCH not in self.submissions:
-            problems.append(f"temporary patches need a {PATCH!r} submission row (orchestrator.ledger.patch_row)")
         return problems
 
     def _reachable(self) -> set[str]:

@@ -107,6 +107,12 @@ def ledger_row(ctx: PhaseContext, *, label: str, patch_id: str, description: str
     return add_row(ctx, GapRow(label=label, patch_id=patch_id, **{**measured, "description": description}))
 
 
+def take_patch(ctx: PhaseContext, args: Any, tool_call_id: str | None) -> None:
+    """The ``patch`` row's check: the ledger applies the agent's patch; its row is measured and built as a recipe's."""
+    applied = ledger.accept_patch(ctx, args, tool_call_id)
+    ledger_row(ctx, label=args.label, patch_id=applied["patch_id"], description="agent patch")
+
+
 def measure_patch(ctx: PhaseContext, label: str) -> dict[str, Any]:
     """The ledger's measurement: bf16 numerics of the patched tree in a fresh process."""
     answer = ctx.call(NUMERICS, numerics_request(ctx, dtypes=[VERDICT_DTYPE]), label=f"gap {label}").model_dump()

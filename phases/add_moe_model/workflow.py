@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.ledger import patch_row
-from orchestrator.workflow import PatchPolicy, PhaseSpec, Workflow
+from orchestrator.workflow import PhaseSpec, Workflow
 from phases.add_moe_model import rules
 from phases.add_moe_model.start import prepare
 from phases.add_moe_model.workspace import EXP
@@ -105,8 +105,6 @@ WORKFLOW = Workflow(
            "parallelism_rows_accounted": rules.parallelism_rows_accounted},
     scope=(EXP,),
     frozen=rules.FROZEN,
-    submissions={"patch": patch_row("gap_analysis")},
-    patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
-                        row_kind="gap_row"),
+    submissions={"patch": patch_row("gap_analysis", check="phases.add_moe_model.gap_analysis:take_patch")},
     human_options=("branch", "commit", "unrun_rows"),
 )
