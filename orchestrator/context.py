@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.trail import events as ev
 from orchestrator.trail.writer import OpenRun
 from orchestrator.templates_dir import templates_dir
-from orchestrator.errors import WorkerFailed
+from orchestrator.errors import RecordInvalid, WorkerFailed
 from orchestrator.phase_api import Worker
 from orchestrator.worker import FRESH, Runner, failure, run_worker
 
@@ -48,10 +48,12 @@ class EngineContext:
         on_progress: Callable[[str], None],
         actor: str = "engine",
         runner: Runner = FRESH,
+        table: Any = None,
     ) -> None:
         state = run.state
         self._run = run
         self._runner = runner
+        self._table = table
         self._templates = templates
         self._timeout_s = timeout_s
         self._on_progress = on_progress
@@ -75,8 +77,21 @@ class EngineContext:
         """The live snapshot (read-only by convention): records, open patches, ..."""
         return self._run.state
 
-    def result(self, phase: str, model: type[M]) -> M:
-        return model.model_validate(self.results[phase])
+    def result(self, phase: str, model: type[M] | None = None) -> M:
+        """See ``PhaseContext.result``; ``model`` defaults to the phase's ``returns`` in the table."""
+        return (model or self._workflow_table().returns(phase)).model_validate(self.results[phase])
+
+    def records(self, model: type[M]) -> list[M]:
+        """See ``PhaseContext.records``."""
+        kind = self._workflow_table().record_kind(model)
+        return [model.model_validate(r) for r in self._run.state["records"].get(kind, [])]
+
+    def _workflow_table(self) -> Any:
+        if self._table is None:
+            from orchestrator.workflow import load_workflow
+
+            self._table = load_workflow(self.workflow)
+        return self._table
 
     def notes(self) -> list[dict[str, Any]]:
         return [{"seq": e["seq"], "ts": e["ts"], "phase": e["phase"], "actor": e["actor"], **e["data"]}
@@ -108,7 +123,17 @@ class EngineContext:
         """Append a typed event by its type name (e.g. "record_added", "patch_applied")."""
         self._append(ev.DATA_TYPES[event_type](**json_safe(data)))
 
-    def add_record(self, kind: str, record: dict[str, Any]) -> None:
+    def add_record(self, kind: str, record: dict[str, Any] | BaseModel) -> None:
+        """See ``PhaseContext.add_record``: a kind the table types is validated before it is appended."""
+        if isinstance(record, BaseModel):
+            record = record.model_dump(mode="json")
+        model = self._table.records.get(kind) if self._table is not None else None
+        if model is not None:
+            try:
+                model.model_validate(record)
+            except ValidationError as exc:
+                raise RecordInvalid(f"{self.phase}: a {kind!r} record is not a {model.__name__} (records= in the "
+                                    f"table): {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
         self._append(ev.RecordAdded(kind=kind, record=json_safe(record)))
 
     def progress(self, message: str) -> None:
@@ -160,7 +185,7 @@ def phase_context(run: OpenRun, workflow: Any, *, phase: str | None = None, acto
     name = phase or run.state["phase"]
     spec = next((p for p in workflow.phases if p.name == name), None)
     return EngineContext(run, phase=name, templates=workflow.templates, timeout_s=spec.timeout_s if spec else 0,
-                         on_progress=progress, actor=actor, runner=runner)
+                         on_progress=progress, actor=actor, runner=runner, table=workflow)
 
 
 def render_template(folder: str, template: str, **values: Any) -> str:

@@ -240,7 +240,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
         if max_phases is not None and done >= max_phases:
             break
         name, attempt, result = _run_phase(run, workflow, progress=progress, runner=runner)
-        result = apply_waivers(result, waived_codes(run.state, name))
+        result = workflow.check_result(name, apply_waivers(result, waived_codes(run.state, name)))
         done += 1
         with run.atomic():  # completion, questions and transition land in one write, or none does
             _complete(run, name, attempt, result)

@@ -58,6 +58,13 @@ class RunIsFinished(UsageError):
     code = "run_finished"
 
 
+class RecordInvalid(OrchestratorError):
+    """A phase added a record its workflow's table types otherwise (``Workflow.records``): a bug to fix there."""
+
+    code = "record_invalid"
+    exit_code = EXIT_FAILED
+
+
 class BadAnswer(UsageError):
     code = "bad_answer"
 

@@ -157,11 +157,19 @@ class PhaseContext(Protocol):
     scratch_dir: Path
     """``<state>/scratch/<run_id>/``: room for files outside the trail (worktrees, big temporaries)."""
 
-    def result(self, phase: str, model: type[M]) -> M:
-        """``results[phase]`` read back as ``model``, the record type that phase returned.
+    def result(self, phase: str, model: type[M] | None = None) -> M:
+        """``results[phase]`` read back as ``model``, by default the ``returns`` model the table declares.
 
         Raises:
             KeyError: ``phase`` has not completed in this run.
+            UsageError: no ``model`` given and the table declares none for ``phase``.
+        """
+
+    def records(self, model: type[M]) -> list[M]:
+        """Every record of the kind the table declares for ``model`` (``Workflow.records``), oldest first.
+
+        Raises:
+            UsageError: the table declares no record kind of ``model``.
         """
 
     def write_artifact(self, name: str, content: str | bytes) -> str:
@@ -209,8 +217,14 @@ class PhaseContext(Protocol):
     def record(self, event_type: str, **data: Any) -> None:
         """Append a typed event of ``orchestrator.trail.events`` by its type name (e.g. "patch_applied")."""
 
-    def add_record(self, kind: str, record: dict[str, Any]) -> None:
-        """Append a workflow-specific record (e.g. kind "gap_row"); the snapshot lists them by kind."""
+    def add_record(self, kind: str, record: dict[str, Any] | Any) -> None:
+        """Append a workflow-specific record (e.g. kind "gap_row"); the snapshot lists them by kind.
+
+        A kind the table types (``Workflow.records``) is validated first (a model instance is dumped).
+
+        Raises:
+            RecordInvalid: the record is not the table's model of ``kind``.
+        """
 
     @property
     def state(self) -> dict[str, Any]:
