@@ -85,3 +85,18 @@ def test_results_and_records_come_back_typed_and_records_are_checked_when_added(
     forged = {"seq": 99, "type": "record_added", "data": {"type": "record_added", "kind": "row", "record": {}}}
     findings = check_records([*events, forged], workflow)
     assert [(f.seq, f.check) for f in findings] == [(99, "schema")] and "row record is not a Row" in findings[0].message
+
+
+def test_the_worker_process_validates_both_sides_by_the_handles_models(toy_repo):
+    from orchestrator.phase_api import Worker
+    from orchestrator.worker import run_worker
+    from tests.toyflow.worker_fns import SQUARE, ReadAnswer
+
+    request = {"n": 3, "mode": "ok", "sleep": 0, "marker": ""}
+    typed = run_worker(SQUARE.ref, request, target=toy_repo, models=SQUARE.models())
+    assert typed.status == "ok" and typed.answer["square"] == 9
+    refused = run_worker(SQUARE.ref, {**request, "n": "three"}, target=toy_repo, models=SQUARE.models())
+    assert refused.answer is None and b"SquareRequest" in refused.log, "a bad request fails before the call"
+    wrong = Worker(SQUARE.ref, SQUARE.request, ReadAnswer)
+    answered = run_worker(wrong.ref, request, target=toy_repo, models=wrong.models())
+    assert answered.answer is None and b"ReadAnswer" in answered.log, "an answer its model refuses is never written"
