@@ -100,3 +100,18 @@ def test_the_worker_process_validates_both_sides_by_the_handles_models(toy_repo)
     wrong = Worker(SQUARE.ref, SQUARE.request, ReadAnswer)
     answered = run_worker(wrong.ref, request, target=toy_repo, models=wrong.models())
     assert answered.answer is None and b"ReadAnswer" in answered.log, "an answer its model refuses is never written"
+
+
+@pytest.mark.parametrize(("name", "package", "recorded"), [
+    ("add-moe-model", "add_moe_model", {"model_id"}), ("local-compile-perf", "local_compile_perf", set())])
+def test_every_option_a_phase_reads_is_declared(name, package, recorded):
+    """An option no model declares is always its default (numerics once read options["seed"] that way)."""
+    import re
+
+    from orchestrator.workflow import load_workflow
+    from tests.conftest import ROOT
+
+    read = {key for path in (ROOT / "phases" / package).rglob("*.py")
+            for key in re.findall(r"options(?:\.get\(|\[)\"(\w+)\"", path.read_text())}
+    declared = set(load_workflow(name).options.model_fields) | recorded
+    assert read and read <= declared, f"options read but not declared: {sorted(read - declared)}"
