@@ -7,7 +7,7 @@ from typing import Any
 from orchestrator.workflow import PhaseSpec, Submission, Workflow
 from phases.local_compile_perf.candidates import PICK_PHASE, CandidateArgs
 from phases.local_compile_perf.devlog import render_devlog
-from phases.local_compile_perf.records import Baselines, ParallelBuildCheck, Plan
+from phases.local_compile_perf.records import Baselines, Plan, TpEpVerdict
 from phases.local_compile_perf.start import LcpOptions, prepare
 from phases.local_compile_perf.rules import RULES
 
@@ -72,7 +72,7 @@ WORKFLOW = Workflow(
     prepare=prepare,
     gates={"candidate_pending": candidate_pending, "baselines_measured": baselines_measured},
     rules=RULES,
-    records={"tp_ep_build_check": ParallelBuildCheck},
+    records={"tp_ep_build_check": TpEpVerdict},
     after_phase=(render_devlog,),
     submissions={"candidate": Submission(phase=PICK_PHASE, args=CandidateArgs, noun="candidates",
                                          check=f"{PACKAGE}.candidates:accept_candidate")},
