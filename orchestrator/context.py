@@ -9,16 +9,19 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.trail import events as ev
 from orchestrator.trail.writer import OpenRun
 from orchestrator.templates_dir import templates_dir
-from orchestrator.worker import failure, run_worker
+from orchestrator.errors import RecordInvalid, WorkerFailed
+from orchestrator.phase_api import Worker
+from orchestrator.worker import FRESH, Runner, failure, run_worker
 
 M = TypeVar("M", bound=BaseModel)
+A = TypeVar("A", bound=BaseModel)
 
 
 def json_safe(value: Any) -> Any:
@@ -44,9 +47,13 @@ class EngineContext:
         timeout_s: float,
         on_progress: Callable[[str], None],
         actor: str = "engine",
+        runner: Runner = FRESH,
+        table: Any = None,
     ) -> None:
         state = run.state
         self._run = run
+        self._runner = runner
+        self._table = table
         self._templates = templates
         self._timeout_s = timeout_s
         self._on_progress = on_progress
@@ -70,8 +77,21 @@ class EngineContext:
         """The live snapshot (read-only by convention): records, open patches, ..."""
         return self._run.state
 
-    def result(self, phase: str, model: type[M]) -> M:
-        return model.model_validate(self.results[phase])
+    def result(self, phase: str, model: type[M] | None = None) -> M:
+        """See ``PhaseContext.result``; ``model`` defaults to the phase's ``returns`` in the table."""
+        return (model or self._workflow_table().returns(phase)).model_validate(self.results[phase])
+
+    def records(self, model: type[M]) -> list[M]:
+        """See ``PhaseContext.records``."""
+        kind = self._workflow_table().record_kind(model)
+        return [model.model_validate(r) for r in self._run.state["records"].get(kind, [])]
+
+    def _workflow_table(self) -> Any:
+        if self._table is None:
+            from orchestrator.workflow import load_workflow
+
+            self._table = load_workflow(self.workflow)
+        return self._table
 
     def notes(self) -> list[dict[str, Any]]:
         return [{"seq": e["seq"], "ts": e["ts"], "phase": e["phase"], "actor": e["actor"], **e["data"]}
@@ -103,18 +123,42 @@ class EngineContext:
         """Append a typed event by its type name (e.g. "record_added", "patch_applied")."""
         self._append(ev.DATA_TYPES[event_type](**json_safe(data)))
 
-    def add_record(self, kind: str, record: dict[str, Any]) -> None:
+    def add_record(self, kind: str, record: dict[str, Any] | BaseModel) -> None:
+        """See ``PhaseContext.add_record``: a kind the table types is validated before it is appended."""
+        if isinstance(record, BaseModel):
+            record = record.model_dump(mode="json")
+        model = self._table.records.get(kind) if self._table is not None else None
+        if model is not None:
+            try:
+                model.model_validate(record)
+            except ValidationError as exc:
+                raise RecordInvalid(f"{self.phase}: a {kind!r} record is not a {model.__name__} (records= in the "
+                                    f"table): {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
         self._append(ev.RecordAdded(kind=kind, record=json_safe(record)))
 
     def progress(self, message: str) -> None:
         self._on_progress(f"{self.phase}: {message}")
 
-    def call_worker(self, func: str, request: dict[str, Any], *, timeout_s: float | None = None,
-                    label: str = "") -> dict[str, Any]:
-        label = label or func.rpartition(":")[2]
+    def call(self, worker: Worker[Any, A], request: BaseModel | Mapping[str, Any], *,
+             timeout_s: float | None = None, label: str = "") -> A:
+        """See ``PhaseContext.call``: the request and the answer are validated by the handle's models."""
+        body = worker.request.model_validate(request).model_dump(mode="json")
+        answer = self._run_worker(worker.ref, body, models=worker.models(), timeout_s=timeout_s,
+                                  label=label or worker.label)
+        try:
+            return worker.answer.model_validate(answer)
+        except ValidationError as exc:
+            raise WorkerFailed(f"worker {worker.ref} answered what {worker.answer.__name__} refuses: {exc}; "
+                               f"log: artifacts/{self.last_worker_log}", log=self.last_worker_log or "",
+                               status="failed") from None
+
+    def _run_worker(self, func: str, request: dict[str, Any], *, models: tuple[str, ...],
+                    timeout_s: float | None, label: str) -> dict[str, Any]:
+        """Run one call on this context's runner, keep its log as an artifact, record how it ended."""
         self.progress(f"worker {label} started")
         result = run_worker(func, request, target=self.target, python=self.options.get("python") or sys.executable,
-                            timeout_s=timeout_s or self._timeout_s, on_progress=self.progress)
+                            timeout_s=timeout_s or self._timeout_s, on_progress=self.progress, models=models,
+                            runner=self._runner)
         seq = self._run.state["last_seq"] + 1
         log_name = self.write_artifact(f"logs/{seq:06d}-{self.phase}-{_slug(label)}.log", result.log)
         self.last_worker_log = log_name
@@ -123,10 +167,25 @@ class EngineContext:
                                        log=log_name))
         if result.answer is None:
             raise failure(func, result, log_name=log_name)
-        return json_safe(result.answer)
+        return result.answer
 
     def render(self, template: str, **values: Any) -> str:
         return render_template(self._templates, template, **values)
+
+
+def phase_context(run: OpenRun, workflow: Any, *, phase: str | None = None, actor: str = "engine",
+                  progress: Callable[[str], None] = lambda _m: None, runner: Runner = FRESH) -> EngineContext:
+    """The engine's one way to build a context: for ``phase`` of ``workflow`` (default: where the run is).
+
+    Args:
+        workflow: the run's ``orchestrator.workflow.Workflow`` (templates, the phase's worker timeout).
+        actor: who acts through it: "engine" for a phase, the submitter for a submission or hand-back.
+        runner: which process runs its worker calls.
+    """
+    name = phase or run.state["phase"]
+    spec = next((p for p in workflow.phases if p.name == name), None)
+    return EngineContext(run, phase=name, templates=workflow.templates, timeout_s=spec.timeout_s if spec else 0,
+                         on_progress=progress, actor=actor, runner=runner, table=workflow)
 
 
 def render_template(folder: str, template: str, **values: Any) -> str:

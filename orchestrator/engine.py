@@ -16,15 +16,16 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from orchestrator.trail import events as ev
-from orchestrator.context import EngineContext, json_safe
+from orchestrator.context import json_safe, phase_context
 from orchestrator.answers import validate_answer
-from orchestrator.errors import EXIT_OK, OrchestratorError, RunFinished, UsageError, WorkerFailed
+from orchestrator.errors import EXIT_OK, OrchestratorError, RunIsFinished, UsageError, WorkerFailed
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
 from orchestrator.trail.writer import OpenRun
 from orchestrator.handback import read_results, record_handback
 from orchestrator.resume_report import AGENT_QUESTION_ONLY, wait_point, with_report
 from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiver, waived_codes
+from orchestrator.worker import FRESH, Runner
 from orchestrator.workflow import DONE, Workflow, load_workflow
 
 Progress = Callable[[str], None]
@@ -42,8 +43,11 @@ class Outcome:
     """Fields a command adds to its ``--json`` object (resume: ``recorded``, ``still_waiting``, ``moved``)."""
 
 
-def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, actor: str = "human") -> Outcome:
+def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, actor: str = "human",
+          runner: Runner = FRESH) -> Outcome:
     """Validate options, prepare the target, create the run. Bad input writes nothing.
+
+    ``runner``: which process runs the worker calls of ``prepare`` (a survey passes its warm server's).
 
     Options the workflow marks human-only (they answer a human-only question) are taken only
     from a person (``actor="human"``, the CLI); an agent's start with one is refused.
@@ -57,15 +61,15 @@ def start(workflow_name: str, raw_options: dict[str, Any], *, store: RunStore, a
     store.check_writable()
     made_state_dir = not store.state_dir.exists()
     try:
-        return _start_prepared(workflow, options, store=store, actor=actor)
+        return _start_prepared(workflow, options, store=store, actor=actor, runner=runner)
     except BaseException:
         if made_state_dir:
             _remove_if_runless(store)
         raise
 
 
-def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor: str) -> Outcome:
-    prepared = workflow.prepare(options, str(store.state_dir))
+def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor: str, runner: Runner) -> Outcome:
+    prepared = workflow.prepare(options, str(store.state_dir), runner=runner)
     if prepared.answers and actor != "human":
         raise UsageError(f"start options {', '.join(sorted(prepared.answers))} answer questions only a person may "
                          "answer; a person starts this run with `orchestrator start`")
@@ -101,12 +105,15 @@ def _remove_if_runless(store: RunStore) -> None:
 
 
 def advance(run_id: str, *, store: RunStore, progress: Progress = lambda _: None,
-            max_phases: int | None = None) -> Outcome:
-    """Run phases until the run is done or waits on an agent or a human."""
+            max_phases: int | None = None, runner: Runner = FRESH) -> Outcome:
+    """Run phases until the run is done or waits on an agent or a human.
+
+    ``runner``: which process runs the phases' worker calls (a survey passes its warm server's).
+    """
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
         workflow = load_workflow(run.state["workflow"])
-        return drive_open_run(run, workflow, progress=progress, max_phases=max_phases)
+        return drive_open_run(run, workflow, progress=progress, max_phases=max_phases, runner=runner)
 
 
 def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str = "human",
@@ -127,7 +134,7 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
         parsed.update({validate_waiver(run.state, code, reason, actor=actor): reason
                        for code, reason in (waivers or {}).items()})
         if handback is not None:
-            record_handback(run, handback, templates=load_workflow(run.state["workflow"]).templates)
+            record_handback(run, handback, workflow=load_workflow(run.state["workflow"]))
         agent_keys, before = set(run.state["agent_asked"]), wait_point(run.state)
         run.append_many([ev.AnswerAccepted(key=key, value=value, tool_call_id=tool_call_id)
                          for key, value in parsed.items()], actor=actor, phase=run.state["phase"])
@@ -166,25 +173,16 @@ def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, act
     in between. Bad input (unknown kind, wrong phase, arguments the model refuses, the check's
     refusal) raises UsageError and records nothing the check did not record itself.
     """
-    from orchestrator.workflow import PATCH, resolve_ref
+    from orchestrator.workflow import resolve_ref
 
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
         workflow = load_workflow(run.state["workflow"])
-        row = workflow.submissions.get(kind)
-        if row is None:
-            taken = "temporary patches" if kind == PATCH else f"{kind!r} submissions"
-            kinds = ", ".join(sorted(workflow.submissions)) or "none"
-            raise UsageError(f"workflow {workflow.name} takes no {taken} (it takes: {kinds})")
-        if run.state["phase"] != row.phase:
-            raise UsageError(f"{row.noun or kind} are accepted only in phase {row.phase}; run {run_id} is in "
-                             f"{run.state['phase']}")
+        ctx, row = submission_context(run, workflow, kind, actor=actor, progress=progress)
         try:
             parsed = row.args.model_validate(args)
         except ValidationError as exc:
             raise UsageError(f"{kind}: " + _validation_message(exc)) from None
-        ctx = EngineContext(run, phase=row.phase, templates=workflow.templates,
-                            timeout_s=workflow.phase(row.phase).timeout_s, on_progress=progress, actor=actor)
         resolve_ref(row.check)(ctx, parsed, tool_call_id)
         run.flush()
         if row.drive:
@@ -192,27 +190,34 @@ def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, act
         return Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state))
 
 
-def patch_context(run: OpenRun, workflow: Workflow, *, actor: str) -> tuple[EngineContext, Any]:
-    """A context for a temporary patch; refuses when the workflow or phase takes none."""
-    policy = workflow.patches
-    if policy is None:
-        raise UsageError(f"workflow {workflow.name} takes no temporary patches")
-    if run.state["phase"] != policy.phase:
-        raise UsageError(f"temporary patches are accepted only in phase {policy.phase}; "
-                         f"run {run.run_id} is in {run.state['phase']}")
-    spec = workflow.phase(policy.phase)
-    ctx = EngineContext(run, phase=policy.phase, templates=workflow.templates,
-                        timeout_s=spec.timeout_s, on_progress=lambda _m: None, actor=actor)
-    return ctx, policy
+def submission_context(run: OpenRun, workflow: Workflow, kind: str, *, actor: str,
+                       progress: Progress = lambda _: None) -> tuple[Any, Any]:
+    """The context and row of a ``kind`` submission (or of undoing one: ``ledger.revert_patches``).
+
+    Raises:
+        UsageError: the table has no ``kind`` row, or the run is not in the row's phase.
+    """
+    from orchestrator.workflow import PATCH
+
+    row = workflow.submissions.get(kind)
+    if row is None:
+        taken = "temporary patches" if kind == PATCH else f"{kind!r} submissions"
+        kinds = ", ".join(sorted(workflow.submissions)) or "none"
+        raise UsageError(f"workflow {workflow.name} takes no {taken} (it takes: {kinds})")
+    if run.state["phase"] != row.phase:
+        raise UsageError(f"{row.noun or kind} are accepted only in phase {row.phase}; run {run.run_id} is in "
+                         f"{run.state['phase']}")
+    return phase_context(run, workflow, phase=row.phase, progress=progress, actor=actor), row
 
 
 def refuse_terminal(state: dict[str, Any]) -> None:
-    """RunFinished (exit 2) for a run that is done or aborted."""
+    """RunIsFinished (exit 2) for a run that is done or aborted."""
     if state["status"] in TERMINAL:
-        raise RunFinished(f"run {state['run_id']} is {state['status']}; start a new run instead")
+        raise RunIsFinished(f"run {state['run_id']} is {state['status']}; start a new run instead")
 
 
-def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None) -> Outcome:
+def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None,
+                   runner: Runner = FRESH) -> Outcome:
     """Run phases of a run whose lock the caller holds (``advance``, ``resume``, ``submit``)."""
     messages: list[str] = []
     done = 0
@@ -234,8 +239,8 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
             break
         if max_phases is not None and done >= max_phases:
             break
-        name, attempt, result = _run_phase(run, workflow, progress=progress)
-        result = apply_waivers(result, waived_codes(run.state, name))
+        name, attempt, result = _run_phase(run, workflow, progress=progress, runner=runner)
+        result = workflow.check_result(name, apply_waivers(result, waived_codes(run.state, name)))
         done += 1
         with run.atomic():  # completion, questions and transition land in one write, or none does
             _complete(run, name, attempt, result)
@@ -265,11 +270,11 @@ def _guards_hold(run: OpenRun, workflow: Workflow) -> bool:
     return ok
 
 
-def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple[str, int, Any]:
+def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: Runner) -> tuple[str, int, Any]:
     from orchestrator.phase_api import PhaseResult
 
     name = run.state["phase"]
-    spec, module = workflow.phase(name), workflow.modules[name]
+    module = workflow.modules[name]
     interrupted = run.state["in_flight"] == name
     if interrupted:
         action = "reconcile" if callable(getattr(module, "reconcile", None)) else "rerun"
@@ -278,12 +283,15 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress) -> tuple
     attempt = run.state["attempts"].get(name, 0) + 1
     run.append(ev.PhaseStarted(attempt=attempt), phase=name)
     run.flush()
-    ctx = EngineContext(run, phase=name, templates=workflow.templates,
-                        timeout_s=spec.timeout_s, on_progress=progress)
+    ctx = phase_context(run, workflow, phase=name, progress=progress, runner=runner)
     ctx.interrupted = interrupted
     entry = module.reconcile if interrupted and hasattr(module, "reconcile") else module.run
     try:
-        result = entry(ctx)
+        try:
+            result = entry(ctx)
+        finally:
+            for hook in workflow.after_phase:
+                hook(ctx)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (the CLI turns it into CommandStopped)
         run.append(ev.CommandInterrupted(signal=getattr(exc, "signal_name", "SIGINT"), command_phase=name),
                    phase=name)

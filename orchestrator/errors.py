@@ -52,8 +52,17 @@ class TrailCorrupt(UsageError):
     code = "trail_corrupt"
 
 
-class RunFinished(UsageError):
+class RunIsFinished(UsageError):
+    """The run is done or aborted; it takes no further command (not the ``run_finished`` event)."""
+
     code = "run_finished"
+
+
+class RecordInvalid(OrchestratorError):
+    """A phase added a record its workflow's table types otherwise (``Workflow.records``): a bug to fix there."""
+
+    code = "record_invalid"
+    exit_code = EXIT_FAILED
 
 
 class BadAnswer(UsageError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.context import EngineContext
+from orchestrator.context import phase_context
 from orchestrator.errors import UsageError
 from orchestrator.trail.writer import OpenRun
 from orchestrator.workflow import DONE, load_workflow
@@ -29,10 +29,9 @@ def read_results(state: dict[str, Any], directory: Path) -> Any:
     return resolve_ref(spec.results)(state, Path(directory))
 
 
-def record_handback(run: OpenRun, handback: Any, *, templates: str, actor: str = "human") -> None:
+def record_handback(run: OpenRun, handback: Any, *, workflow: Any, actor: str = "human") -> None:
     """Artifacts, records and a note of a hand-back, all as ``actor``'s (the engine's for a cluster job's)."""
-    ctx = EngineContext(run, phase=run.state["phase"], templates=templates, timeout_s=0,
-                        on_progress=lambda _m: None, actor=actor)
+    ctx = phase_context(run, workflow, actor=actor)
     for name, content in handback.artifacts.items():
         ctx.write_artifact(name, content)
     for kind, record in handback.records:

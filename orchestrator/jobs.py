@@ -187,7 +187,7 @@ def hand_back(run: Any, workflow: Any, job: dict[str, Any]) -> None:
         handback = read_results(run.state, Path(job["results_dir"]))
     except UsageError:
         return  # the job left no results: the phase reads its end state instead
-    record_handback(run, handback, templates=workflow.templates, actor="engine")
+    record_handback(run, handback, workflow=workflow, actor="engine")
 
 
 def seen_now(state: dict[str, Any]) -> list[dict[str, Any]]:

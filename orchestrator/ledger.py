@@ -1,8 +1,10 @@
 """The temporary-patch ledger: core edits that must be measured, then reverted with proof.
 
 A patch enters only as the ``patch`` submission row (``engine.submit``: CLI ``orchestrator
-submit RUN patch`` or ``orchestrator patch``, agent tool ``submit``) or ``apply_in_context``
-(a phase's built-in recipe): the ledger checks the diff applies, refuses paths inside the
+submit RUN patch`` or ``orchestrator patch``, agent tool ``submit``), whose check (the
+workflow's) takes it with ``accept_patch``, or by ``apply_in_context`` (a phase's built-in
+recipe); both then measure and record the row the same way, in the workflow's code. The
+ledger checks the diff applies, refuses paths inside the
 workflow's permanent scope (those are normal edits), takes the workspace's patch lock, records
 every touched file's blob id before and after, applies with ``git apply``, and immediately runs
 the workflow's measurement so that no row exists without a run behind it. ``revert_all``
@@ -109,54 +111,40 @@ class PatchArgs(BaseModel):
     """Short label saying what the patch tests (names its row in the table), e.g. "skip grouped_mm"."""
 
 
-def patch_row(phase: str) -> Submission:
-    """The ``patch`` submission row for a workflow whose ``patches`` policy takes patches in ``phase``."""
-    return Submission(phase=phase, args=PatchArgs, check="orchestrator.ledger:accept_patch", drive=False,
-                      noun="temporary patches")
+def patch_row(phase: str, *, check: str) -> Submission:
+    """The workflow's one declaration of temporary patches: its ``patch`` submission row.
+
+    Args:
+        phase: the only phase in which the ledger takes patches.
+        check: "module:function" called as ``fn(ctx, args, tool_call_id)``: takes the patch with
+            ``accept_patch``, then measures it and records its row as the phase's recipes do.
+    """
+    return Submission(phase=phase, args=PatchArgs, check=check, drive=False, noun="temporary patches")
 
 
-def accept_patch(ctx: Any, args: PatchArgs, tool_call_id: str | None) -> None:
-    """The patch row's check: apply, record, measure (a refusal of the diff is recorded, then raised)."""
+def accept_patch(ctx: Any, args: PatchArgs, tool_call_id: str | None) -> dict[str, Any]:
+    """Apply and record a submitted patch (``apply_in_context``'s data); a refusal is recorded, then raised."""
     from orchestrator.workflow import load_workflow
 
     if not args.label.strip():
         raise UsageError("a patch needs --label TEXT (it names the row in the table)")
-    workflow = load_workflow(ctx.state["workflow"])
     try:
-        data = apply_in_context(ctx, diff=args.diff, label=args.label, scope=workflow.scope)
+        return apply_in_context(ctx, diff=args.diff, label=args.label,
+                                scope=load_workflow(ctx.state["workflow"]).scope)
     except UsageError as exc:
         ctx.add_record("patch_refused", {"label": args.label, "reason": exc.message, "tool_call_id": tool_call_id})
         raise
-    measure_patch(ctx, workflow.patches, label=args.label, patch_id=data["patch_id"])
-
-
-def submit_patch(run_id: str, *, diff: str, label: str, store: Any, actor: str = "human",
-                 tool_call_id: str | None = None) -> Any:
-    """A patch from outside: ``engine.submit`` of the ``patch`` row; the run stays where it is."""
-    from orchestrator.engine import submit
-
-    return submit(run_id, PATCH, {"diff": diff, "label": label}, store=store, actor=actor, tool_call_id=tool_call_id)
-
-
-def measure_patch(ctx: Any, policy: Any, *, label: str, patch_id: str) -> dict[str, Any]:
-    """Run the workflow's measurement for a freshly applied patch and record its row."""
-    import importlib
-
-    module, _, func = policy.measure.partition(":")
-    row = getattr(importlib.import_module(module), func)(ctx, label)
-    row = {"label": label, "patch_id": patch_id, **row}
-    ctx.add_record(policy.row_kind, row)
-    return row
 
 
 def revert_patches(run_id: str, *, store: Any, actor: str = "human", tool_call_id: str | None = None) -> Any:
-    from orchestrator.engine import Outcome, refuse_terminal, patch_context
+    """Revert every open patch of the run, in the phase its ``patch`` row names (the same check as submitting)."""
+    from orchestrator.engine import Outcome, refuse_terminal, submission_context
     from orchestrator.trail.snapshot import exit_code_for
     from orchestrator.workflow import load_workflow
 
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
-        ctx, _ = patch_context(run, load_workflow(run.state["workflow"]), actor=actor)
+        ctx, _ = submission_context(run, load_workflow(run.state["workflow"]), PATCH, actor=actor)
         labels = {pid: p.get("label", pid) for pid, p in run.state["open_patches"].items()}
         proof = revert_all(ctx)
         named = ", ".join(f"{pid} ({label})" for pid, label in labels.items())

@@ -6,18 +6,21 @@ trail: a phase never opens ``events.jsonl``; it reports through the context, who
 methods append events at once (so nothing is lost if the process dies mid-phase).
 
 Heavy work (torch, torchtitan, transformers) never runs in the engine process: a phase
-hands it to ``ctx.call_worker("pkg.module:function", request)``, which runs the function
-in a fresh subprocess of the target's Python with the target checkout first on
-``sys.path`` and returns its JSON answer.
+hands it to ``ctx.call(WORKER, request)``, which runs the worker's function in a subprocess
+of the target's Python with the target checkout first on ``sys.path`` and returns its answer.
+A ``Worker`` handle names the function and its request and answer models once (in a torch-free
+``workers.py`` per workflow); both sides of the process boundary validate against them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Mapping, Protocol, TypeVar
 
 M = TypeVar("M")
+Req = TypeVar("Req")
+Ans = TypeVar("Ans")
 
 Outcome = Literal["passed", "needs_agent", "needs_human", "waiting_job", "failed"]
 
@@ -55,6 +58,33 @@ class Question:
     choices: tuple[str, ...] | None = None
     schema: dict[str, Any] | None = None
     human_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Worker(Generic[Req, Ans]):
+    """A worker function declared once: where it lives and what crosses the process boundary.
+
+    Attributes:
+        ref: "pkg.module:function", imported in the worker process (torch may load there).
+        request: pydantic model of its request; ``ctx.call`` validates the request into it, and
+            the worker process validates it again before calling ``ref`` with the model.
+        answer: pydantic model of its answer; the worker process validates the answer before
+            writing it, and ``ctx.call`` returns it validated into this model.
+    """
+
+    ref: str
+    request: type[Req]
+    answer: type[Ans]
+
+    @property
+    def label(self) -> str:
+        """The function's name, e.g. "compare_dtypes" (the default label of a call)."""
+        return self.ref.rpartition(":")[2]
+
+    def models(self) -> tuple[str, str]:
+        """ "module:Class" of the request and answer models, as the worker process imports them."""
+        return (f"{self.request.__module__}:{self.request.__qualname__}",
+                f"{self.answer.__module__}:{self.answer.__qualname__}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,11 +157,19 @@ class PhaseContext(Protocol):
     scratch_dir: Path
     """``<state>/scratch/<run_id>/``: room for files outside the trail (worktrees, big temporaries)."""
 
-    def result(self, phase: str, model: type[M]) -> M:
-        """``results[phase]`` read back as ``model``, the record type that phase returned.
+    def result(self, phase: str, model: type[M] | None = None) -> M:
+        """``results[phase]`` read back as ``model``, by default the ``returns`` model the table declares.
 
         Raises:
             KeyError: ``phase`` has not completed in this run.
+            UsageError: no ``model`` given and the table declares none for ``phase``.
+        """
+
+    def records(self, model: type[M]) -> list[M]:
+        """Every record of the kind the table declares for ``model`` (``Workflow.records``), oldest first.
+
+        Raises:
+            UsageError: the table declares no record kind of ``model``.
         """
 
     def write_artifact(self, name: str, content: str | bytes) -> str:
@@ -157,13 +195,20 @@ class PhaseContext(Protocol):
     def progress(self, message: str) -> None:
         """Show progress on a terminal (stderr); never recorded."""
 
-    def call_worker(
-        self, func: str, request: dict[str, Any], *, timeout_s: float = 900, label: str = ""
-    ) -> dict[str, Any]:
-        """Run ``func`` ("pkg.mod:fn") in a fresh subprocess; stdout/stderr become an artifact.
+    def call(self, worker: Worker[Any, Ans], request: Any | Mapping[str, Any], *,
+             timeout_s: float | None = None, label: str = "") -> Ans:
+        """Run ``worker`` in a worker process; stdout/stderr become an artifact.
+
+        Args:
+            worker: the handle (function, request model, answer model).
+            request: an instance of ``worker.request`` or a mapping it validates.
+
+        Returns:
+            The answer, validated into ``worker.answer``.
 
         Raises:
-            WorkerFailed: the worker exited non-zero, timed out or wrote no answer.
+            WorkerFailed: the worker exited non-zero, timed out, wrote no answer, or one its
+                answer model refuses.
         """
 
     def render(self, template: str, **values: Any) -> str:
@@ -172,8 +217,14 @@ class PhaseContext(Protocol):
     def record(self, event_type: str, **data: Any) -> None:
         """Append a typed event of ``orchestrator.trail.events`` by its type name (e.g. "patch_applied")."""
 
-    def add_record(self, kind: str, record: dict[str, Any]) -> None:
-        """Append a workflow-specific record (e.g. kind "gap_row"); the snapshot lists them by kind."""
+    def add_record(self, kind: str, record: dict[str, Any] | Any) -> None:
+        """Append a workflow-specific record (e.g. kind "gap_row"); the snapshot lists them by kind.
+
+        A kind the table types (``Workflow.records``) is validated first (a model instance is dumped).
+
+        Raises:
+            RecordInvalid: the record is not the table's model of ``kind``.
+        """
 
     @property
     def state(self) -> dict[str, Any]:

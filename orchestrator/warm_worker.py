@@ -12,7 +12,9 @@ A child only serves a call when every module the server imported from its own ch
 byte-identical in the call's target (a clone of the same commit, untouched); an edited or
 patched file answers "stale" and the caller runs a fresh process instead, so an agent's
 edit or a temporary core patch is always what runs. The caller names the server explicitly
-(``worker.use_warm_server``); nothing is read from the environment. Standard library only.
+(``worker.Runner``); nothing is read from the environment. A child runs with the environment
+the caller would give a fresh worker of the call's target (``worker.worker_env``), so both
+ways apply the same setup. Standard library only.
 
 CUDA: a child forked after its parent initialised CUDA cannot use CUDA ("Cannot re-initialize
 CUDA in forked subprocess"). After each preloaded import the server forks a probe child that asks
@@ -131,13 +133,15 @@ def _child(call: dict, log_fd: int, imported: dict[str, str], root: str) -> int:
     if stale:
         print(f"warm worker: {len(stale)} imported file(s) differ in {target} (e.g. {stale[0]})", flush=True)
         return STALE_EXIT
+    with open(call["env"], encoding="utf-8") as handle:
+        os.environ.update(json.load(handle))
     for hook in _CHILD_HOOKS:
         hook()
     os.chdir(target)
     sys.path.insert(0, str(target))
     repoint_packages(root, str(target))
     try:
-        return worker_main.main([call["func"], call["request"], call["answer"]])
+        return worker_main.main(call["argv"])
     except BaseException:  # noqa: BLE001 - print it like an interpreter would, then exit non-zero
         import traceback
 
@@ -165,10 +169,12 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def run_warm(path: str, func: str, request_path: Path, answer_path: Path, *, target: Path, timeout_s: float,
+def run_warm(path: str, argv: list[str], *, target: Path, env_file: Path, timeout_s: float,
              on_progress) -> tuple[int | None, str, bytes] | None:
     """Run one call in the warm server listening on ``path``: (returncode, status, log), or None.
 
+    ``argv`` is ``worker_main``'s (FUNC IN OUT [REQUEST ANSWER]); ``env_file`` holds a fresh worker's
+    environment as JSON (a file, not the message: an environment can outgrow one read of the socket).
     None means "not served here" (server gone, or a stale file): run it fresh.
     """
     import threading
@@ -178,7 +184,7 @@ def run_warm(path: str, func: str, request_path: Path, answer_path: Path, *, tar
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
-        call = {"func": func, "request": str(request_path), "answer": str(answer_path), "target": str(target)}
+        call = {"argv": argv, "target": str(target), "env": str(env_file)}
         socket.send_fds(conn, [json.dumps(call).encode()], [write_fd])
     except OSError:
         os.close(read_fd)

@@ -5,10 +5,11 @@ checkout first on ``PYTHONPATH`` and as its working directory, so the code an ag
 edited is the code that runs. stdout and stderr go to one log file (kept as an artifact by
 the caller); ``@@progress`` lines from stderr are shown live. A worker that exits non-zero,
 times out, or leaves no answer file raises ``WorkerFailed`` and its log ends with a
-``FAILED`` marker line so nobody mistakes an earlier result for this run's. When a warm
-worker is in use (``use_warm_server``, e.g. during a survey) the call is forked from it
-instead, with the same contract; it answers "not here" when a file it imported differs in the target,
-and the call then runs in a fresh process as above.
+``FAILED`` marker line so nobody mistakes an earlier result for this run's. Which process
+runs a call is the caller's ``Runner``, passed down explicitly (the engine's context holds
+one): fresh by default, or forked from a warm server (a survey's), with the same contract
+and the same environment (``worker_env`` of the call's target); the warm server answers
+"not here" when a file it imported differs in the target, and the call then runs fresh.
 """
 
 from __future__ import annotations
@@ -31,22 +32,22 @@ from orchestrator.progress import pump_stream
 from orchestrator.worker_main import die_with_parent
 
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
-_WARM_SERVER: list[str] = []
-"""The socket of the warm server calls are forked from (empty: every call runs fresh)."""
 
 
-class use_warm_server:  # noqa: N801 - a context manager, named for what the block does
-    """Within the block, ``run_worker`` forks its calls from the warm server on ``socket_path``."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Runner:
+    """Which process runs a worker call.
 
-    def __init__(self, socket_path: str) -> None:
-        self.socket_path = socket_path
+    Attributes:
+        warm_socket: socket of a warm server (``orchestrator.warm_worker``) to fork calls from;
+            "" runs every call in a fresh process. A call for another Python than this one's,
+            or one the server answers "not here", runs fresh either way.
+    """
 
-    def __enter__(self) -> "use_warm_server":
-        _WARM_SERVER.append(self.socket_path)
-        return self
+    warm_socket: str = ""
 
-    def __exit__(self, *exc: Any) -> None:
-        _WARM_SERVER.remove(self.socket_path)
+
+FRESH = Runner()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,21 +84,30 @@ def run_worker(
     python: str = sys.executable,
     timeout_s: float = 900.0,
     on_progress: Callable[[str], None] | None = None,
+    models: tuple[str, ...] = (),
+    runner: Runner = FRESH,
 ) -> WorkerRun:
-    """Run ``func(request)`` in a fresh process; never raises for the child's failures."""
+    """Run ``func(request)`` in a worker process; never raises for the child's failures.
+
+    ``models``: "module:Class" of the request and answer models (``phase_api.Worker.models``),
+    validated in the worker; empty for an untyped call.
+    """
     with tempfile.TemporaryDirectory(prefix="orchestrator-worker-") as tmp:
         request_path, answer_path = Path(tmp, "request.json"), Path(tmp, "answer.json")
         request_path.write_text(json.dumps(request))
-        started = time.monotonic()
-        if python == sys.executable and _WARM_SERVER:
-            warm = warm_worker.run_warm(_WARM_SERVER[-1], func, request_path, answer_path, target=target,
-                                        timeout_s=timeout_s, on_progress=on_progress)
+        started, env = time.monotonic(), worker_env(target)
+        if python == sys.executable and runner.warm_socket:
+            env_file = Path(tmp, "env.json")
+            env_file.write_text(json.dumps(env))
+            warm = warm_worker.run_warm(runner.warm_socket, [func, str(request_path), str(answer_path), *models],
+                                        target=target, env_file=env_file, timeout_s=timeout_s,
+                                        on_progress=on_progress)
             if warm is not None:
                 return _finish(func, warm, answer_path=answer_path, seconds=time.monotonic() - started)
-        command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path)]
+        command = [python, "-m", "orchestrator.worker_main", func, str(request_path), str(answer_path), *models]
         try:
             child = subprocess.Popen(
-                command, cwd=target, env=worker_env(target), stdout=subprocess.PIPE,
+                command, cwd=target, env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
             )
         except OSError as exc:

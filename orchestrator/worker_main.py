@@ -1,9 +1,12 @@
-"""Entry point of a worker subprocess: ``python -m orchestrator.worker_main FUNC IN OUT``.
+"""Entry point of a worker subprocess: ``python -m orchestrator.worker_main FUNC IN OUT [REQUEST ANSWER]``.
 
 Imports ``FUNC`` ("pkg.mod:fn") from the worker's sys.path (the target checkout first),
-calls it with the JSON request read from IN, and writes the JSON answer to OUT. The
-answer file appears only when the function returned (atomic rename), so a worker that
-dies leaves no answer and the engine records it as FAILED. Standard library only.
+calls it with the JSON request read from IN, and writes the JSON answer to OUT. With the
+models of a ``phase_api.Worker`` handle ("pkg.mod:Class" each), the request is validated into
+REQUEST before the call (the function gets the model) and the answer into ANSWER before it
+is written, so a malformed answer fails here, in the worker's log. The answer file appears
+only when the function returned (atomic rename), so a worker that dies leaves no answer and
+the engine records it as FAILED. Standard library only (pydantic only for a typed call).
 
 The process the engine starts is a small supervisor (the leader of the worker's own process
 group): it forks the child that does the work and waits. When the engine dies, even by
@@ -20,14 +23,10 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    func_ref, request_path, answer_path = argv
-    module_name, _, attr = func_ref.partition(":")
-    func = getattr(importlib.import_module(module_name), attr)
+    func_ref, request_path, answer_path, *models = argv
     with open(request_path, encoding="utf-8") as handle:
         request = json.load(handle)
-    answer = func(request)
-    if hasattr(answer, "model_dump"):
-        answer = answer.model_dump(mode="json")
+    answer = call_function(func_ref, request, models=tuple(models))
     tmp = answer_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(answer, handle, allow_nan=True)
@@ -35,6 +34,25 @@ def main(argv: list[str]) -> int:
         os.fsync(handle.fileno())
     os.replace(tmp, answer_path)
     return 0
+
+
+def call_function(func_ref: str, request: object, *, models: tuple[str, ...] = ()) -> object:
+    """``FUNC(request)`` as JSON-able data; with ``models`` (request, answer) both sides are validated."""
+    func = resolve(func_ref)
+    if models:
+        request = resolve(models[0]).model_validate(request)
+    answer = func(request)
+    if models:  # NOTE: resolved after the call, which may first move into another checkout (run_in_checkout)
+        answer = resolve(models[1]).model_validate(answer)
+    if hasattr(answer, "model_dump"):
+        answer = answer.model_dump(mode="json")
+    return answer
+
+
+def resolve(ref: str) -> object:
+    """The object named by "pkg.mod:attr"."""
+    module_name, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def supervise() -> None:

@@ -58,24 +58,9 @@ class Prepared:
     answers: dict[str, Any] = field(default_factory=dict)
 
 
-Prepare = Callable[[Any, str], Prepared]
-"""``prepare(options_model, state_dir)``: validate input, make the workspace; raise UsageError."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PatchPolicy:
-    """Where temporary (must-be-reverted) patches are allowed and how each is measured.
-
-    Attributes:
-        phase: the only phase during which the ledger accepts patches.
-        measure: "module:function" called as ``fn(ctx, label)`` after each patch is applied;
-            returns the row to record (e.g. {"max_diff": ..., "kl": ..., "log": ...}).
-        row_kind: record kind of those rows, e.g. "gap_row".
-    """
-
-    phase: str
-    measure: str
-    row_kind: str
+Prepare = Callable[..., Prepared]
+"""``prepare(options_model, state_dir, *, runner)``: validate input, make the workspace; raise UsageError.
+``runner`` (an ``orchestrator.worker.Runner``) runs any worker call it makes, as the run's phases will."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,7 +86,8 @@ class Submission:
 
 
 PATCH = "patch"
-"""The engine's own submission kind: a temporary patch of the ledger (``orchestrator.ledger``)."""
+"""The engine's own submission kind: a temporary patch of the ledger (``orchestrator.ledger.patch_row``);
+a workflow takes temporary patches exactly when its table has this row."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,6 +106,9 @@ class PhaseSpec:
         agent_notes: the skill's rules for this phase, written for an agent to read.
         results: "module:function" that turns a directory of results run elsewhere into a
             ``phase_api.HandBack`` (``orchestrator resume RUN --results DIR``); "" = none taken.
+        returns: pydantic model of the phase's ``data`` when it passes (None: undeclared). The
+            engine validates the data when the phase returns it (a mismatch fails the phase),
+            and ``ctx.result(name)`` reads it back as this model.
     """
 
     name: str
@@ -131,6 +120,7 @@ class PhaseSpec:
     allowed_paths: tuple[str, ...] = ()
     agent_notes: str = ""
     results: str = ""
+    returns: type[BaseModel] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,13 +139,19 @@ class Workflow:
     """Path prefixes the run may change permanently; a temporary patch may not touch them."""
     frozen: tuple[str, ...] = ()
     """Paths (prefixes) no agent tool may edit; the workflow's guards re-check them from git."""
-    patches: PatchPolicy | None = None
     submissions: Mapping[str, Submission] = field(default_factory=dict)
     """Input taken from outside, by kind (e.g. "candidate", "patch"); see ``Submission``."""
     human_options: tuple[str, ...] = ()
     """Start options only a person may give: they answer human-only questions (agents' starts refuse them)."""
     templates: str = ""
     """The workflow's folder under the top-level ``templates/`` (see ``orchestrator.templates_dir``)."""
+    records: Mapping[str, type[BaseModel]] = field(default_factory=dict)
+    """Record kinds the run's phases add (``ctx.add_record``), kind -> pydantic model: validated when
+    added, read back typed by ``ctx.records(Model)``, checked by ``audit --schema``. Undeclared kinds
+    are taken as they are."""
+    after_phase: tuple[Callable[[Any], None], ...] = ()
+    """Hooks the engine calls with the phase's context when any phase's ``run`` (or ``reconcile``) ends,
+    also when it raised, e.g. rendering a devlog from the notes: cross-cutting, so declared once here."""
     modules: dict[str, ModuleType] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -195,13 +191,21 @@ class Workflow:
         problems += [f"phase {n!r} unreachable" for n in names if n not in reachable]
         fields = getattr(self.options, "model_fields", {})
         problems += [f"human option {o!r} is not an option" for o in self.human_options if o not in fields]
+        problems += [f"after_phase hook {h!r} is not callable" for h in self.after_phase if not callable(h)]
+        problems += [f"phase {p.name!r}: returns {p.returns!r} is not a pydantic model" for p in self.phases
+                     if p.returns is not None and not _is_model(p.returns)]
+        problems += [f"record kind {k!r}: {m!r} is not a pydantic model" for k, m in self.records.items()
+                     if not _is_model(m)]
+        kinds = {}
+        for kind, model in self.records.items():
+            kinds.setdefault(model, []).append(kind)
+        problems += [f"record kinds {', '.join(map(repr, k))} share {m.__name__} (ctx.records(Model) needs one kind)"
+                     for m, k in kinds.items() if len(k) > 1]
         for kind, row in self.submissions.items():
             if row.phase not in names:
                 problems.append(f"submission {kind!r}: phase {row.phase!r} unknown")
             if not callable(resolve_ref(row.check, problems)):
                 problems.append(f"submission {kind!r}: check {row.check!r} is not a function")
-        if self.patches is not None and PATCH not in self.submissions:
-            problems.append(f"temporary patches need a {PATCH!r} submission row (orchestrator.ledger.patch_row)")
         return problems
 
     def _reachable(self) -> set[str]:
@@ -230,6 +234,42 @@ class Workflow:
                 problems.append(f"phase {spec.name!r}: results hook {spec.results!r} is not a function")
         return problems
 
+    def returns(self, phase: str) -> type[BaseModel]:
+        """The declared result model of ``phase``; UsageError naming the table when there is none."""
+        spec = next((p for p in self.phases if p.name == phase), None)
+        if spec is None or spec.returns is None:
+            what = "has no phase" if spec is None else "declares no returns= for phase"
+            raise UsageError(f"workflow {self.name} {what} {phase!r}; pass the model (ctx.result(phase, Model)) "
+                             "or declare it in the table")
+        return spec.returns
+
+    def check_result(self, name: str, result: Any) -> Any:
+        """``result`` of phase ``name``, or a failed one when its passing data is not its ``returns`` model."""
+        import dataclasses
+
+        from pydantic import ValidationError
+
+        model = self.phase(name).returns
+        if model is None or result.outcome != "passed":
+            return result
+        try:
+            model.model_validate(result.data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "data"
+            message = (f"{name}: its result is not a {model.__name__} (returns= in the {self.name} table): "
+                       f"{where}: {first['msg']}")
+            return dataclasses.replace(result, outcome="failed", summary=message, route="next",
+                                       data={"error": message, "code": "result_invalid"})
+        return result
+
+    def record_kind(self, model: type[BaseModel]) -> str:
+        """The record kind whose declared model is ``model``; UsageError when the table declares none."""
+        kind = next((k for k, m in self.records.items() if m is model), None)
+        if kind is None:
+            raise UsageError(f"workflow {self.name} declares no record kind of {model.__name__} (Workflow.records)")
+        return kind
+
     def mermaid(self) -> str:
         """The table as a mermaid flowchart: solid edges on pass, dotted self-loops for waits."""
         lines = ["flowchart TD"]
@@ -243,6 +283,10 @@ class Workflow:
                 lines.append(f"  {spec.name} -->|{label}| {dest}")
             lines.append(f"  {spec.name} -.->|needs agent / human / failed| {spec.name}")
         return "\n".join(lines) + "\n"
+
+
+def _is_model(value: Any) -> bool:
+    return isinstance(value, type) and callable(getattr(value, "model_validate", None))
 
 
 def resolve_ref(ref: str, problems: list[str] | None = None) -> Any:

@@ -137,6 +137,16 @@ def call_worker(func: str, request: dict, *, target: Path = ROOT, timeout_s: flo
     return result.answer
 
 
+def call_handle(worker: Any, request: Any, *, target: Path = ROOT, timeout_s: float = 900) -> Any:
+    """``ctx.call(worker, request)`` without a run: both sides validated, the answer model returned."""
+    from orchestrator.worker import run_worker
+
+    body = worker.request.model_validate(request).model_dump(mode="json")
+    result = run_worker(worker.ref, body, target=target, timeout_s=timeout_s, models=worker.models())
+    assert result.answer is not None, result.log.decode("utf-8", "replace")[-3000:]
+    return worker.answer.model_validate(result.answer)
+
+
 @pytest.fixture(scope="session")
 def embedded_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded target as a workflow sees it: a git workspace with ``examples/moe_layer`` (shared, read only)."""

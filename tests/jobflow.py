@@ -26,7 +26,7 @@ class JobOptions(BaseModel):
     gpus: int = 0
 
 
-def prepare(options: JobOptions, state_dir: str) -> Prepared:
+def prepare(options: JobOptions, state_dir: str, *, runner: Any = None) -> Prepared:
     cluster.check_ready(cluster.settings_from({}))
     return Prepared(target=str(Path(options.target).resolve()), options=options.model_dump(), answers={})
 

@@ -11,6 +11,7 @@ import pytest
 from orchestrator import engine, ledger
 from orchestrator.trail.audit import audit_run
 from orchestrator.errors import UsageError
+from orchestrator.workflow import PATCH
 from orchestrator.trail.store import RunStore
 from tests.conftest import make_repo
 
@@ -44,8 +45,8 @@ def start(target: Path, state_dir: Path) -> tuple[RunStore, str]:
 
 def test_patch_is_measured_recorded_and_reverted_with_proof(target, state_dir):
     store, run_id = start(target, state_dir)
-    outcome = ledger.submit_patch(run_id, diff=diff_for(target, "core/value.txt", "fixed\n"), label="fix it",
-                                  store=store, actor="agent", tool_call_id="call-1")
+    outcome = engine.submit(run_id, PATCH, {"diff": diff_for(target, "core/value.txt", "fixed\n"), "label": "fix it"},
+                            store=store, actor="agent", tool_call_id="call-1")
     rows = outcome.state["records"]["gap_row"]
     assert rows == [{"label": "fix it", "patch_id": rows[0]["patch_id"], "value": "fixed", "log": rows[0]["log"]}]
     assert (state_dir / "runs" / run_id / "artifacts" / rows[0]["log"]).is_file()
@@ -68,7 +69,7 @@ def test_patch_is_measured_recorded_and_reverted_with_proof(target, state_dir):
 def test_patch_inside_scope_is_refused_and_recorded(target, state_dir, path, new, expected):
     store, run_id = start(target, state_dir)
     with pytest.raises(UsageError, match=expected):
-        ledger.submit_patch(run_id, diff=diff_for(target, path, new), label="wrong", store=store)
+        engine.submit(run_id, PATCH, {"diff": diff_for(target, path, new), "label": "wrong"}, store=store)
     assert (target / path).read_text() == "x = 1\n", "workspace unchanged"
     state = store.read_state(run_id)
     assert state["records"]["patch_refused"][0]["label"] == "wrong" and not state["open_patches"]
@@ -78,31 +79,33 @@ def test_diff_that_does_not_apply_is_refused(target, state_dir):
     store, run_id = start(target, state_dir)
     bad = diff_for(target, "core/value.txt", "fixed\n").replace("-broken", "-something else")
     with pytest.raises(UsageError, match="does not apply"):
-        ledger.submit_patch(run_id, diff=bad, label="stale", store=store)
+        engine.submit(run_id, PATCH, {"diff": bad, "label": "stale"}, store=store)
     assert (target / "core/value.txt").read_text() == "broken\n"
 
 
 def test_second_run_on_the_same_workspace_cannot_patch_while_the_first_holds_it(target, state_dir):
     store, first = start(target, state_dir)
-    ledger.submit_patch(first, diff=diff_for(target, "core/value.txt", "half\n"), label="a", store=store)
+    engine.submit(first, PATCH, {"diff": diff_for(target, "core/value.txt", "half\n"), "label": "a"}, store=store)
     other_store, second = start(target, state_dir / "other")
     with pytest.raises(UsageError, match=f"holds temporary patches of run {first}"):
-        ledger.submit_patch(second, diff=diff_for(target, "core/value.txt", "fixed\n"), label="b", store=other_store)
+        engine.submit(second, PATCH, {"diff": diff_for(target, "core/value.txt", "fixed\n"), "label": "b"},
+                      store=other_store)
     reverted = ledger.revert_patches(first, store=store)
     assert reverted.messages[0].startswith("reverted 1 temporary patch(es): ") and "(a)" in reverted.messages[0]
-    ledger.submit_patch(second, diff=diff_for(target, "core/value.txt", "fixed\n"), label="b", store=other_store)
+    engine.submit(second, PATCH, {"diff": diff_for(target, "core/value.txt", "fixed\n"), "label": "b"},
+                  store=other_store)
 
 
 def test_patch_outside_the_patch_phase_is_refused(toy_repo, state_dir, monkeypatch):
     store = RunStore(state_dir)
     run_id = engine.start("toy", {"target": str(toy_repo)}, store=store).run_id
     with pytest.raises(UsageError, match="takes no temporary patches"):
-        ledger.submit_patch(run_id, diff="", label="x", store=store)
+        engine.submit(run_id, PATCH, {"diff": "", "label": "x"}, store=store)
 
 
 def test_killed_run_with_an_open_patch_reverts_it_on_the_next_advance(target, state_dir):
     store, run_id = start(target, state_dir)
-    ledger.submit_patch(run_id, diff=diff_for(target, "core/value.txt", "half\n"), label="half", store=store)
+    engine.submit(run_id, PATCH, {"diff": diff_for(target, "core/value.txt", "half\n"), "label": "half"}, store=store)
     with store.open_run(run_id) as run:  # what a kill -9 mid-phase leaves: phase_started, no completion
         from orchestrator.trail import events as ev
 
@@ -137,7 +140,7 @@ def test_submit_command_takes_the_patch_row_and_refuses_what_the_table_lacks(tar
 def test_a_waived_residual_passes_the_patch_phase_with_every_patch_reverted(target, state_dir):
     """A person's waiver of the unexplained residual passes the phase; its temporary patches do not outlive it."""
     store, run_id = start(target, state_dir)
-    ledger.submit_patch(run_id, diff=diff_for(target, "core/value.txt", "half\n"), label="half", store=store)
+    engine.submit(run_id, PATCH, {"diff": diff_for(target, "core/value.txt", "half\n"), "label": "half"}, store=store)
     assert store.read_state(run_id)["open_patches"]
     outcome = engine.resume(run_id, {}, store=store, waivers={"unexplained": "the residual is accepted"})
     assert outcome.state["status"] == "done", outcome.state["summary"]

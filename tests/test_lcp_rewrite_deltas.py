@@ -20,7 +20,7 @@ from phases.local_compile_perf.rewrite_deltas import (
     prefix_regions,
 )
 from phases.local_compile_perf.stack import add_detached_worktree
-from tests.conftest import ROOT, call_worker
+from tests.conftest import ROOT, call_handle
 
 sys.path.insert(0, str(ROOT / "bench"))
 from bench_lcp import replay_rewrites  # noqa: E402
@@ -49,8 +49,8 @@ class Ctx:
         self.state: dict[str, Any] = {"records": {}}
         self.measurements: list[Any] = []
 
-    def call_worker(self, func: str, request: dict, *, label: str) -> dict:
-        return call_worker(func, request, target=self.target)
+    def call(self, worker: Any, request: Any, *, label: str) -> Any:
+        return call_handle(worker, request, target=self.target)
 
     def add_record(self, kind: str, record: dict) -> None:
         self.state["records"].setdefault(kind, []).append(record)

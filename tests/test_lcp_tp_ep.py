@@ -6,6 +6,8 @@ same Dynamo graphs and guards as Inductor, without its code generation: about 10
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from orchestrator.context import render_template
@@ -115,9 +117,9 @@ class StubContext:
     def __init__(self, answers: dict[str, ParallelBuildCheck]) -> None:
         self.answers, self.asked = answers, []
 
-    def call_worker(self, func: str, request: dict, *, label: str = "") -> dict:
-        self.asked.append((request["checkout"], tuple(request["request"]["regions"])))
-        return self.answers[request["checkout"]].model_dump(mode="json")
+    def call(self, worker: Any, request: Any, *, label: str = "") -> Any:
+        self.asked.append((request.checkout, tuple(request.request["regions"])))
+        return worker.answer.model_validate(self.answers[request.checkout].model_dump(mode="json"))
 
 
 def candidate() -> object:

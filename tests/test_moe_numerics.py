@@ -1,6 +1,6 @@
 """Phase 3a: the numerics worker on real synthetic models, and the phase's routing.
 
-Slow tests run the worker in a fresh process (as ``ctx.call_worker`` does) against the
+Slow tests run the worker in a fresh process (as ``ctx.call`` does) against the
 installed torchtitan and transformers (torch 2.13, transformers 5.24, torchtitan 0.3.0) and
 assert what holds on any CPU, with the reason for each: bf16 kernels differ between CPUs, so a
 tier is pinned only where the KL sits orders of magnitude away from a threshold.
@@ -25,7 +25,7 @@ from phases.add_moe_model.survey.outcome import numerics_summary
 from phases.add_moe_model.work.firmness import judge_edge
 from phases.add_moe_model.work.kl import classify_kl
 from phases.add_moe_model.work.numerics import CompareResult, RoundTrip
-from tests.conftest import call_worker, make_repo
+from tests.conftest import call_handle, call_worker, make_repo
 
 REPO = Path(__file__).resolve().parents[1]
 COMMON = dict(num_hidden_layers=1, vocab_size=256, max_position_embeddings=64, attn_implementation="sdpa",
@@ -188,8 +188,8 @@ class _Ctx:
     def note(self, text: str, *, kind: str = "devlog") -> None:
         self.records.append((kind, {"text": text}))
 
-    def call_worker(self, func: str, request: dict, **_: Any) -> dict:
-        return call_worker(func, request)
+    def call(self, worker: Any, request: Any, **_: Any) -> Any:
+        return call_handle(worker, request)
 
     def write_artifact(self, name: str, content: str) -> str:
         self.artifacts[name] = content

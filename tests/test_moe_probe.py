@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -258,12 +259,10 @@ class PhaseContextStub:
     def progress(self, message: str) -> None:
         pass
 
-    def call_worker(self, func: str, request: dict, *, timeout_s: float = 900, label: str = "") -> dict:
-        from orchestrator.worker import run_worker
+    def call(self, worker: Any, request: Any, *, timeout_s: float = 900, label: str = "") -> Any:
+        from tests.conftest import call_handle
 
-        run = run_worker(func, request, target=self.target, timeout_s=timeout_s)
-        assert run.answer is not None, run.log.decode()[-3000:]
-        return run.answer
+        return call_handle(worker, request, target=self.target, timeout_s=timeout_s)
 
     def write_artifact(self, name: str, content: str) -> str:
         self.artifacts[name] = content

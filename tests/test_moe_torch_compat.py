@@ -169,7 +169,7 @@ def test_a_call_forked_from_the_surveys_warm_worker_runs_with_what_a_fresh_worke
     said = []
     with warm_worker(ROOT, say=said.append) as warm:
         assert warm.ready_s is not None, said
-        forked = run_worker(func, {}, target=ROOT)
+        forked = run_worker(func, {}, target=ROOT, runner=warm.runner)
     assert fresh.answer is not None and forked.answer is not None, forked.log[-2000:]
     assert forked.answer["missing"] == [] and forked.answer == fresh.answer
     assert parse_announcements(forked.log.decode()) == parse_announcements(fresh.log.decode())

@@ -48,7 +48,7 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
 from orchestrator.agent.file_tools import NOT_DONE, apply_diff, commit_branch, edit_file, read_file, write_file
 from orchestrator.agent.views import live_state, next_steps, outcome_so_far, phase_spec, shrink
 from orchestrator.agent.views import state_result, submission_schemas, what_a_person_can_do, why_waiting
-from orchestrator.errors import OrchestratorError, RunBusy, RunFinished, RunNotFound, UsageError
+from orchestrator.errors import OrchestratorError, RunBusy, RunIsFinished, RunNotFound, UsageError
 
 log = logging.getLogger("orchestrator.agent")
 MAX_RECORDED_CHARS = 2000
@@ -342,7 +342,7 @@ def escalate(args: EscalateArgs, env: ToolEnv) -> ToolResult:
 
     with env.store.open_run(args.run_id) as run:
         if run.state["status"] in ("done", "aborted"):
-            raise RunFinished(f"run {args.run_id} is {run.state['status']}; nothing to escalate")
+            raise RunIsFinished(f"run {args.run_id} is {run.state['status']}; nothing to escalate")
         key = args.key or f"agent_question_{run.state['last_seq'] + 1}"
         if any(q["key"] == key for q in run.state["pending"]):
             raise UsageError(f"a question {key!r} is already pending; pick another key")

@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestrator.agent import files
 from orchestrator.agent.tool_args import Status, ToolResult
-from orchestrator.errors import OrchestratorError, RunFinished
+from orchestrator.errors import OrchestratorError, RunIsFinished
 
 
 def state_result(state: dict[str, Any], *, exit_code: int | None = None, messages: tuple[str, ...] = (),
@@ -148,10 +148,10 @@ def phase_spec(state: dict[str, Any]) -> Any:
 
 
 def live_state(store: Any, run_id: str) -> dict[str, Any]:
-    """The run's state; RunFinished when it is done or aborted."""
+    """The run's state; RunIsFinished when it is done or aborted."""
     state = store.read_state(run_id)
     if state["status"] in ("done", "aborted"):
-        raise RunFinished(f"run {run_id} is {state['status']}; start a new run instead")
+        raise RunIsFinished(f"run {run_id} is {state['status']}; start a new run instead")
     return state
 
 

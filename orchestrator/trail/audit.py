@@ -61,7 +61,9 @@ def _audit(report: Any, run_dir: Path, *, rules: dict[str, Any], schema: bool, w
     if any(f.check == "chain" for f in findings):
         return findings
     if schema:
-        findings += check_schema(events)
+        from orchestrator.schemas import check_records
+
+        findings += check_schema(events) + check_records(events, workflow)
     if any(f.check == "schema" for f in findings):
         return findings
     if workflow is not None:

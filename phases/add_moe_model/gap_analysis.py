@@ -18,10 +18,9 @@ from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model.records import GapRow, Numerics, Synthetic
 from phases.add_moe_model.work.numerics import CompareRequest
+from phases.add_moe_model.workers import KERNEL_ALIGN, NUMERICS
 from phases.add_moe_model.workspace import EXP
 
-NUMERICS = "phases.add_moe_model.work.numerics:compare_dtypes"
-KERNEL_ALIGN = "phases.add_moe_model.work.kernel_align:kernel_alignment"
 VERDICT_DTYPE = "bfloat16"
 
 
@@ -108,9 +107,15 @@ def ledger_row(ctx: PhaseContext, *, label: str, patch_id: str, description: str
     return add_row(ctx, GapRow(label=label, patch_id=patch_id, **{**measured, "description": description}))
 
 
+def take_patch(ctx: PhaseContext, args: Any, tool_call_id: str | None) -> None:
+    """The ``patch`` row's check: the ledger applies the agent's patch; its row is measured and built as a recipe's."""
+    applied = ledger.accept_patch(ctx, args, tool_call_id)
+    ledger_row(ctx, label=args.label, patch_id=applied["patch_id"], description="agent patch")
+
+
 def measure_patch(ctx: PhaseContext, label: str) -> dict[str, Any]:
     """The ledger's measurement: bf16 numerics of the patched tree in a fresh process."""
-    answer = ctx.call_worker(NUMERICS, numerics_request(ctx, dtypes=[VERDICT_DTYPE]), label=f"gap {label}")
+    answer = ctx.call(NUMERICS, numerics_request(ctx, dtypes=[VERDICT_DTYPE]), label=f"gap {label}").model_dump()
     result = answer["results"][0]
     return {"max_diff": result["max_diff"], "kl": result["kl"], "status": result["status"],
             "log": ctx.last_worker_log, "attempt": rows_attempt(ctx), "description": "agent patch"}
@@ -126,7 +131,7 @@ def numerics_request(ctx: PhaseContext, **fields: Any) -> dict[str, Any]:
 def check_kernel_alignment(ctx: PhaseContext) -> dict[str, Any]:
     """Step 3 of the skill: run the experts with HF's kernel on Titan's weights (patches applied)."""
     request = numerics_request(ctx, dtype=VERDICT_DTYPE)
-    result = ctx.call_worker(KERNEL_ALIGN, request, label="kernel alignment")
+    result = ctx.call(KERNEL_ALIGN, request, label="kernel alignment").model_dump()
     verified, description = classify_alignment(result)
     return add_row(ctx, GapRow(
         label="+kernel align", patch_id=None, attempt=rows_attempt(ctx), max_diff=current_max(ctx), kl=None,

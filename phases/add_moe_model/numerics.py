@@ -39,9 +39,9 @@ from phases.add_moe_model.load_findings import check_load
 from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.work.numerics import CompareRequest
+from phases.add_moe_model.workers import NUMERICS, SEED
 from phases.add_moe_model.tier_text import firmness_line, flip_text, reaches, split_text, tier_text
 
-WORKER = "phases.add_moe_model.work.numerics:compare_dtypes"
 VERDICT_DTYPE = "bfloat16"
 DIAGNOSTIC_DTYPE = "float32"
 # NOTE: a flag, not a verdict tier. On random-init synthetic weights the outputs are small,
@@ -101,14 +101,14 @@ def run(ctx: PhaseContext) -> PhaseResult:
 def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
     """Both dtypes in one worker; when the kernel kills it (SIGKILL: memory), the bf16 verdict alone."""
     try:
-        return ctx.call_worker(WORKER, request, label="numerics")
+        return ctx.call(NUMERICS, request, label="numerics").model_dump()
     except WorkerFailed as exc:
         if "(exit -9)" not in str(exc) or request["dtypes"] == [VERDICT_DTYPE]:
             raise
     ctx.note(f"numerics worker was killed (exit -9, SIGKILL: most likely out of memory) comparing "
              f"{', '.join(request['dtypes'])}; the {VERDICT_DTYPE} verdict runs alone, without the "
              f"{DIAGNOSTIC_DTYPE} diagnostic", kind="finding")
-    return ctx.call_worker(WORKER, {**request, "dtypes": [VERDICT_DTYPE]}, label="numerics verdict only")
+    return ctx.call(NUMERICS, {**request, "dtypes": [VERDICT_DTYPE]}, label="numerics verdict only").model_dump()
 
 
 def resolve_synthetic_entry(results: dict[str, dict[str, Any]]) -> dict[str, Any] | Issue:
@@ -125,7 +125,7 @@ def resolve_synthetic_entry(results: dict[str, dict[str, Any]]) -> dict[str, Any
 
 def build_request(entry: dict[str, Any], *, options: dict[str, Any]) -> dict[str, Any]:
     return CompareRequest(model_type=entry["model_type"], config_kwargs=entry, dtypes=[VERDICT_DTYPE, DIAGNOSTIC_DTYPE],
-                          device=options.get("device", "auto"), seed=int(options.get("seed", 42))).model_dump()
+                          device=options.get("device", "auto"), seed=SEED).model_dump()
 
 
 def build_table(results: list[Any]) -> NumericsTable:
@@ -164,7 +164,7 @@ def verdict_line(verdict: list[Any]) -> str:
 def record_metrics(ctx: PhaseContext, result: Any) -> None:
     role = "verdict" if result.dtype == VERDICT_DTYPE else "diagnostic"
     provenance = {"device": result.device, "device_note": result.device_note, "versions": result.versions,
-                  "seed": result.seed, "worker": WORKER, "dtype": result.dtype,
+                  "seed": result.seed, "worker": NUMERICS.ref, "dtype": result.dtype,
                   "hf_experts_impl": result.hf_experts_impl}
     for metric, unit in METRIC_UNITS.items():
         value = getattr(result, metric)

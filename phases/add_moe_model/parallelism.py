@@ -36,9 +36,8 @@ from phases.add_moe_model.parallel_matrix import (
 from phases.add_moe_model.parallel_jobs import WAITING, job_row, waiting_summary
 from phases.add_moe_model.error_triage import NOT_THE_AGENTS, frame_file, in_experiment
 from phases.add_moe_model.records import Synthetic
+from phases.add_moe_model.workers import ASSETS, BUILD_CHECK
 
-BUILD_CHECK = "phases.add_moe_model.work.build_check:build_check"
-ASSETS = "phases.add_moe_model.work.trainer_assets:make_assets"
 SKILL_FEEDBACK = (
     "Phase 4 commands: `torchrun --nproc-per-node N --module transformers_modeling_backend ...` fails with "
     "\"No module named transformers_modeling_backend\": torchrun's --module is its own flag (run a module). The "
@@ -64,11 +63,11 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return outcome(ctx, asked)
     entry = ctx.result("synthetic_config", Synthetic).entry
     request = {"model_type": entry["model_type"], "config_kwargs": entry}
-    checks = ctx.call_worker(BUILD_CHECK, request, label="sharding build check")["results"]
+    checks = ctx.call(BUILD_CHECK, request, label="sharding build check").model_dump()["results"]
     for check in checks:
         if declared_unsupported(check):
             check["status"] = "UNSUPPORTED"
-    assets = ctx.call_worker(ASSETS, request, label="trainer assets")
+    assets = ctx.call(ASSETS, request, label="trainer assets").model_dump()
     paths = write_assets(ctx, assets["files"])
     record_environment(ctx, assets)
     record_skill_feedback(ctx)

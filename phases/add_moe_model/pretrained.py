@@ -22,10 +22,9 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model import tree_scripts
 from phases.add_moe_model.compat import EXP
 from phases.add_moe_model.error_triage import NOT_THE_AGENTS, OURS, triage_error
+from phases.add_moe_model.workers import PRETRAINED, SEED, TREE_PRETRAINED
 
-WORKER = "phases.add_moe_model.work.pretrained:compare_pretrained"
 NEP_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence_pretrained.py"
-SCRIPT_WORKER = "phases.add_moe_model.work.tree_script:run_pretrained_script"
 METRIC_UNITS = {"kl": "nats", "cos_sim": "ratio", "max_diff": "abs", "mean_diff": "abs"}
 _SEVERITY = ("passed", "needs_agent", "needs_human", "failed")
 
@@ -35,10 +34,9 @@ def attach(ctx: PhaseContext, result: PhaseResult) -> PhaseResult:
     weights = ctx.options.get("weights")
     if not weights:
         return result
-    request = {"weights": weights, "device": ctx.options.get("device", "auto"),
-               "seed": int(ctx.options.get("seed", 42))}
+    request = {"weights": weights, "device": ctx.options.get("device", "auto"), "seed": SEED}
     ctx.progress(f"pretrained comparison on {weights}")
-    row = ctx.call_worker(WORKER, request, label="pretrained")
+    row = ctx.call(PRETRAINED, request, label="pretrained").model_dump()
     ctx.write_artifact("numerics_pretrained.txt", ctx.render("pretrained_table.txt.j2", r=row))
     record_metrics(ctx, row)
     ctx.add_record("pretrained_verdict", row)
@@ -101,7 +99,7 @@ def pretrained_issues(row: dict[str, Any]) -> list[Issue]:
 
 def record_metrics(ctx: PhaseContext, row: dict[str, Any]) -> None:
     provenance = {"device": row["device"], "device_note": row["device_note"], "versions": row["versions"],
-                  "seed": row["seed"], "worker": WORKER, "dtype": row["dtype"], "weights": row["weights"],
+                  "seed": row["seed"], "worker": PRETRAINED.ref, "dtype": row["dtype"], "weights": row["weights"],
                   "hf_experts_impl": row["hf_experts_impl"]}
     for metric, unit in METRIC_UNITS.items():
         if row.get(metric) is not None:
@@ -119,7 +117,7 @@ def run_tree_script(ctx: PhaseContext, request: dict[str, Any], *, our_layout: s
     name = request["weights"].rstrip("/").rsplit("/", 1)[-1]
     ctx.progress(f"running the tree's own {NEP_PATH.rsplit('/', 1)[-1]} on {name}")
     try:
-        answer = ctx.call_worker(SCRIPT_WORKER, {**request, "script": NEP_PATH}, label="tree_pretrained")
+        answer = ctx.call(TREE_PRETRAINED, {**request, "script": NEP_PATH}, label="tree_pretrained").model_dump()
     except WorkerFailed as exc:
         return tree_scripts.TreeScriptVerdict(shipped=True, status="NO_VERDICT", finding=f"the worker running the "
                                               f"tree's pretrained script did not answer: {exc} "

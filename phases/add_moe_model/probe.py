@@ -10,10 +10,10 @@ experiment folder, then the next advance re-probes the edited checkout); any blo
 from __future__ import annotations
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
-from phases.add_moe_model.compat import CompatReport, ProbeRequest, ProbeResponse
+from phases.add_moe_model.compat import CompatReport, ProbeRequest
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
+from phases.add_moe_model.workers import PROBE
 
-WORKER = "phases.add_moe_model.work.probe:probe"
 TEMPLATE = "compat_report.txt.j2"
 BLOCKER_KEY = "probe_blocker"
 
@@ -26,8 +26,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return PhaseResult(outcome="failed", summary=str(exc),
                            issues=(Issue(code=exc.code, message=str(exc), fix_location="MODEL option"),))
     ctx.progress(f"probing {source.model_id} ({source.kind}) on {ctx.target}")
-    raw = ctx.call_worker(WORKER, ProbeRequest(source=source).model_dump(mode="json"), label="probe")
-    response = ProbeResponse.model_validate(raw)
+    response = ctx.call(PROBE, ProbeRequest(source=source), label="probe")
     if response.report is None:
         error = response.error
         return PhaseResult(outcome="failed", summary=error.message,

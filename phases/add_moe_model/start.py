@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator.git import capture_base
-from orchestrator.worker import run_worker
+from orchestrator.worker import FRESH, Runner, run_worker
 from orchestrator.workflow import Prepared
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
 from phases.add_moe_model.weights import check_model_type, read_weights_dir
@@ -21,7 +21,7 @@ from phases.add_moe_model.workspace import EXP, new_run_workspace
 CHECK = "phases.add_moe_model.work.preflight:check_target"
 
 
-def prepare(options: Any, state_dir: str) -> Prepared:
+def prepare(options: Any, state_dir: str, *, runner: Runner = FRESH) -> Prepared:
     slurm = executor_settings(options)
     try:
         source = resolve_model_source(options.model)
@@ -34,7 +34,7 @@ def prepare(options: Any, state_dir: str) -> Prepared:
     target = new_run_workspace(Path(state_dir)) if embedded else Path(options.target).expanduser().resolve()
     try:
         check_checkout(target)
-        model_type = check_worker(target, source.model_dump(mode="json"), python=options.python)
+        model_type = check_worker(target, source.model_dump(mode="json"), python=options.python, runner=runner)
         if weights:
             check_model_type(weights, model_type)
     except BaseException:
@@ -73,11 +73,12 @@ def check_checkout(target: Path) -> None:
                          "is a clean tree")
 
 
-def check_worker(target: Path, source: dict[str, Any], *, python: str | None) -> str:
+def check_worker(target: Path, source: dict[str, Any], *, python: str | None, runner: Runner = FRESH) -> str:
     """The model's type as the target's transformers reads it; a refusal is a UsageError."""
     import sys
 
-    result = run_worker(CHECK, {"source": source}, target=target, python=python or sys.executable, timeout_s=600)
+    result = run_worker(CHECK, {"source": source}, target=target, python=python or sys.executable, timeout_s=600,
+                        runner=runner)
     if result.answer is None:
         tail = result.log.decode("utf-8", "replace").strip().splitlines()[-3:]
         raise UsageError(f"the target's Python could not check the model ({result.status}): " + " | ".join(tail))

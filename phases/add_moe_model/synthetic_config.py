@@ -16,8 +16,8 @@ from phases.add_moe_model.compat import EXP
 from phases.add_moe_model.config_entry import ConfigEntryError, check_only_model_configs_changed, upsert_model_config
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
 from phases.add_moe_model.records import Probe
+from phases.add_moe_model.workers import SYNTHETIC
 
-WORKER = "phases.add_moe_model.work.synthetic:build_synthetic"
 CONFIG_KEYS = "phases/add_moe_model/work/config_fields.py"
 NE_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
 
@@ -32,13 +32,13 @@ def run(ctx: PhaseContext) -> PhaseResult:
     except ModelSourceError as exc:
         return PhaseResult(outcome="failed", summary=str(exc))
     request = {"source": source.model_dump(mode="json"), "probe_min_layers": probe.min_layers_needed}
-    answer = ctx.call_worker(WORKER, request, label="synthetic_config")
-    entry, checks = answer["entry"], list(answer["checks"])
+    answer = ctx.call(SYNTHETIC, request, label="synthetic_config")
+    entry, checks = answer.entry, list(answer.checks)
     if checks:
         return rules_broken(entry, checks)
     written_to, problems = write_entry(ctx, entry)
     data = {"entry": entry, "written_to": written_to, "checks": checks + problems,
-            "moe_layers_built": answer["moe_layers_built"]}
+            "moe_layers_built": answer.moe_layers_built}
     if problems:
         return PhaseResult(outcome="failed", summary=f"NE edit rejected: {problems[0]}", data=data)
     return PhaseResult(outcome="passed", summary=f"{entry['model_type']} entry written to {written_to}", data=data)

@@ -22,9 +22,9 @@ from pydantic import BaseModel, Field
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseResult
 from phases.add_moe_model.compat import EXP
+from phases.add_moe_model.workers import SEED, TREE_NUMERICS
 
 NE_PATH = f"{EXP}/.claude/skills/add_moe_model/scripts/numerical_equivalence.py"
-WORKER = "phases.add_moe_model.work.tree_script:run_numerical_equivalence"
 TIERS = ("PASS", "WARN", "FAIL")
 _LINE = re.compile(r"^\s+(PASS|WARN|FAIL|SKIP|ERROR)\s+(\S+)\s+(.*)$")
 _METRIC = re.compile(r"(KL|cos|max_diff)=([-+0-9.eE]+|nan|inf)")
@@ -123,9 +123,9 @@ def run_tree_script(ctx: Any, *, model_type: str, our_layout: str) -> TreeScript
         return TreeScriptVerdict(shipped=False)
     ctx.progress(f"running the tree's own {NE_PATH.rsplit('/', 1)[-1]} for {model_type}")
     request = {"script": NE_PATH, "model_type": model_type, "device": ctx.options.get("device", "auto"),
-               "seed": int(ctx.options.get("seed", 42))}
+               "seed": SEED}
     try:
-        answer = ctx.call_worker(WORKER, request, label="tree_numerics")
+        answer = ctx.call(TREE_NUMERICS, request, label="tree_numerics").model_dump()
     except WorkerFailed as exc:
         return TreeScriptVerdict(shipped=True, status="NO_VERDICT", finding=f"the worker running the tree's "
                                  f"script did not answer: {exc} (log {ctx.last_worker_log})")

@@ -14,8 +14,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.ledger import patch_row
-from orchestrator.workflow import PatchPolicy, PhaseSpec, Workflow
+from orchestrator.workflow import PhaseSpec, Workflow
 from phases.add_moe_model import rules
+from phases.add_moe_model.records import GapRow, Numerics, Probe, Synthetic
 from phases.add_moe_model.start import prepare
 from phases.add_moe_model.workspace import EXP
 
@@ -81,13 +82,13 @@ WORKFLOW = Workflow(
     phases=(
         PhaseSpec(name="preflight", module="phases.add_moe_model.preflight", title="branch and commit choice"),
         PhaseSpec(name="probe", module="phases.add_moe_model.probe", title="compatibility probe (meta device)",
-                  gates=("preflight_answered",), allowed_paths=(EXP,), agent_notes=NOTES["probe"]),
+                  gates=("preflight_answered",), allowed_paths=(EXP,), agent_notes=NOTES["probe"], returns=Probe),
         PhaseSpec(name="synthetic_config", module="phases.add_moe_model.synthetic_config",
                   title="synthetic test config", gates=("probe_clean",), allowed_paths=(EXP,),
-                  agent_notes=NOTES["synthetic_config"]),
+                  agent_notes=NOTES["synthetic_config"], returns=Synthetic),
         PhaseSpec(name="numerics", module="phases.add_moe_model.numerics", title="numerical equivalence",
                   routes={"pass": "parallelism", "gap": "gap_analysis"}, allowed_paths=(EXP,),
-                  agent_notes=NOTES["numerics"]),
+                  agent_notes=NOTES["numerics"], returns=Numerics),
         PhaseSpec(name="gap_analysis", module="phases.add_moe_model.gap_analysis",
                   title="numerical gap analysis (temporary core patches)", agent_notes=NOTES["gap_analysis"]),
         PhaseSpec(name="parallelism", module="phases.add_moe_model.parallelism", title="parallelism checks",
@@ -109,8 +110,7 @@ WORKFLOW = Workflow(
            "parallelism_rows_accounted": rules.parallelism_rows_accounted},
     scope=(EXP,),
     frozen=rules.FROZEN,
-    submissions={"patch": patch_row("gap_analysis")},
-    patches=PatchPolicy(phase="gap_analysis", measure="phases.add_moe_model.gap_analysis:measure_patch",
-                        row_kind="gap_row"),
+    records={"gap_row": GapRow},
+    submissions={"patch": patch_row("gap_analysis", check="phases.add_moe_model.gap_analysis:take_patch")},
     human_options=("branch", "commit", "unrun_rows"),
 )

@@ -5,7 +5,7 @@
 or host timer), profiles kernels, tries a whole-step CUDA-graph replay, and prints one line
 ``RESULT {json}`` with every sample, kernel time, peak memory and provenance. Any failure
 raises and exits non-zero without a RESULT line, which confirm.py records as FAILED. The same
-work is a worker function (``measure_tree_worker``) for ``ctx.call_worker``.
+work is a worker function (``measure_tree_worker``, handle ``phases.kit.workers.MEASURE_TREE``).
 
 Trees: eager = no region bound; upstream = the regions the target enables today; per_layer =
 no region + ``torch.compile`` per block; regions:a,b = exactly those regions (a candidate,

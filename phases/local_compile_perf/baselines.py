@@ -14,20 +14,17 @@ from __future__ import annotations
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.local_compile_perf.confirmed import build_cells, record_cells
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.work.traps import TrapRequest
-
-CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
-TRAPS = "phases.local_compile_perf.work.traps:run_trap_checks"
+from phases.local_compile_perf.workers import CONFIRM, TRAPS
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
-    traps = ctx.call_worker(TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device)
-                            .model_dump(mode="json"), label="traps")
+    traps = ctx.call(TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device),
+                     label="traps").model_dump(mode="json")
     failed = [f for f in traps["findings"] if f["status"] != "pass"]
     log(ctx, "trap checks: " + "; ".join(f"{f['trap']} {f['status']}" for f in traps["findings"]), kind="measurement")
     if failed:
@@ -36,7 +33,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
             data={"traps": traps},
             issues=tuple(Issue(code=f"trap_{f['trap']}", message=f["message"], fix_location=plan.harness)
                          for f in failed))
-    answer = ctx.call_worker(CONFIRM, confirm_request(ctx, plan).model_dump(mode="json"), label="baselines")
+    answer = ctx.call(CONFIRM, confirm_request(ctx, plan), label="baselines").model_dump(mode="json")
     rows = build_cells(answer, runs=plan.sizes.runs) + not_applicable_rows(plan)
     record_cells(ctx, rows, purpose="baseline")
     broken = [r for r in rows if r.status == "failed"]

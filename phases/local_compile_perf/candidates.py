@@ -15,15 +15,16 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from orchestrator.errors import UsageError
-from orchestrator.phase_api import PhaseContext, PhaseResult
+from orchestrator.phase_api import PhaseContext, PhaseResult, Worker
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 
+A = TypeVar("A")
 PICK_PHASE = "pick_fix"
 IN_CHECKOUT = "phases.local_compile_perf.work.checkout:run_in_checkout"
 """Worker that runs another worker inside a candidate's or the stack's checkout."""
@@ -43,12 +44,14 @@ def pending_submission(state: dict[str, Any]) -> dict[str, Any] | None:
     return next((s for s in submissions(state) if s["id"] not in ruled), None)
 
 
-def in_checkout(checkout: str, func: str, request: BaseModel) -> dict[str, Any]:
-    """The IN_CHECKOUT worker's request: run ``func`` with ``request`` inside ``checkout``."""
+def in_checkout(checkout: str, worker: Worker[Any, A], request: BaseModel) -> tuple[Worker[Any, A], BaseModel]:
+    """The IN_CHECKOUT handle and request that run ``worker`` with ``request`` inside ``checkout``:
+    ``ctx.call(*in_checkout(path, SCREEN, request), label=...)`` answers ``worker``'s answer model."""
     from phases.local_compile_perf.work.checkout import InCheckoutRequest
 
-    wrapped = InCheckoutRequest(checkout=checkout, func=func, request=request.model_dump(mode="json"))
-    return wrapped.model_dump(mode="json")
+    wrapped = InCheckoutRequest(checkout=checkout, func=worker.ref, models=worker.models(),
+                                request=worker.request.model_validate(request).model_dump(mode="json"))
+    return Worker(IN_CHECKOUT, InCheckoutRequest, worker.answer), wrapped
 
 
 def current(ctx: PhaseContext) -> Candidate:

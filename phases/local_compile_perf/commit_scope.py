@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.candidates import current, reject
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.stack import (
     CandidateRefused, check_scope, commit_stack_entry, enable_in_recipe, release_candidate, stack_entries, stack_tip,
@@ -25,7 +25,6 @@ def timing_kind(ctx: PhaseContext) -> str:
     return "cuda events (gated)" if cuda else "host timer: indicative, not gated"
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     cand = current(ctx)
     prepared = cand.prepared

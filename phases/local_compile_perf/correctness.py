@@ -25,18 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
-from phases.local_compile_perf.candidates import IN_CHECKOUT, current, in_checkout, reject
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.candidates import current, in_checkout, reject
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan, TpEpVerdict
 from phases.local_compile_perf.tp_ep import check_tp_ep, summary
-from phases.local_compile_perf.work.candidate_checks import CaptureRequest, CompareRequest, SaveCaptureRequest
+from phases.local_compile_perf.work.candidate_checks import CaptureRequest, CorrectnessRequest, SaveCaptureRequest
+from phases.local_compile_perf.workers import CAPTURE, COMPARE
 
-CAPTURE = "phases.local_compile_perf.work.candidate_checks:capture_worker"
-COMPARE = "phases.local_compile_perf.work.candidate_checks:compare_worker"
 NOT_COVERED = {"pp": "not in the harness", "ac": "recipe AC mode is the harness's (re-timing under SAC not done)"}
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
     prepared = cand.prepared
@@ -49,11 +47,11 @@ def run(ctx: PhaseContext) -> PhaseResult:
     # NOTE: the reference holds every grad in three dtypes (tens of GB at real dims); the trail
     # keeps the comparison, so the file goes as soon as it is made, also when a worker fails.
     try:
-        ref = ctx.call_worker(IN_CHECKOUT, in_checkout(prepared.stack_checkout, CAPTURE, reference),
-                              label="capture stack")
-        compare = CompareRequest(candidate=candidate, reference=str(ref_file), downcasts=tuple(ref["downcasts"]))
-        result = ctx.call_worker(IN_CHECKOUT, in_checkout(prepared.candidate_checkout, COMPARE, compare),
-                                 label="capture candidate and compare")
+        ref = ctx.call(*in_checkout(prepared.stack_checkout, CAPTURE, reference),
+                       label="capture stack").model_dump(mode="json")
+        compare = CorrectnessRequest(candidate=candidate, reference=str(ref_file), downcasts=tuple(ref["downcasts"]))
+        result = ctx.call(*in_checkout(prepared.candidate_checkout, COMPARE, compare),
+                          label="capture candidate and compare").model_dump(mode="json")
     finally:
         ref_file.unlink(missing_ok=True)
     table = {**summarize(result), "routing_replayed": ref["routers"]}

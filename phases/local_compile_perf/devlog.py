@@ -2,15 +2,12 @@
 
 ``log(ctx, text)`` appends the entry as one ``note_added`` event: the trail is the devlog.
 ``artifacts/devlog.md`` is rendered from every note of the run (the agent's too) once per
-phase, when it ends: each phase's ``run`` is wrapped in ``renders_devlog``.
+phase, when it ends: ``render_devlog`` is the workflow's ``after_phase`` hook (one line in the table).
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Callable
-
-from orchestrator.phase_api import PhaseContext, PhaseResult
+from orchestrator.phase_api import PhaseContext
 
 DEVLOG = "devlog.md"
 
@@ -22,16 +19,3 @@ def log(ctx: PhaseContext, text: str, *, kind: str = "devlog") -> None:
 
 def render_devlog(ctx: PhaseContext) -> None:
     ctx.write_artifact(DEVLOG, ctx.render("devlog.md.j2", run_id=ctx.run_id, entries=ctx.notes()))
-
-
-def renders_devlog(run: Callable[[PhaseContext], PhaseResult]) -> Callable[[PhaseContext], PhaseResult]:
-    """Wrap a phase's ``run`` so devlog.md is rendered from the notes when the phase ends."""
-
-    @functools.wraps(run)
-    def run_and_render(ctx: PhaseContext) -> PhaseResult:
-        try:
-            return run(ctx)
-        finally:
-            render_devlog(ctx)
-
-    return run_and_render

@@ -9,11 +9,10 @@ item is written to ``skill_feedback.md`` and noted once as a ``skill_feedback`` 
 from __future__ import annotations
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.skill_feedback import collect_feedback
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     items = collect_feedback(ctx)
     ctx.write_artifact("skill_feedback.md", ctx.render("feedback.md.j2", items=items, run_id=ctx.run_id))

@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.confirmed import measured
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.pr_lint import lint_pr_text
 from phases.local_compile_perf.records import Baselines, Plan
 from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas
@@ -72,7 +72,6 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
             "rewrite_deltas": deltas}
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     summary = build_summary(ctx)
     findings = ctx.render("findings.md.j2", s=summary)

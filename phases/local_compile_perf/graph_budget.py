@@ -11,22 +11,20 @@ from __future__ import annotations
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.graphs import GraphBudgetRequest
-from phases.local_compile_perf.candidates import IN_CHECKOUT, current, in_checkout, reject
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.kit.workers import GRAPH_BUDGET
+from phases.local_compile_perf.candidates import current, in_checkout, reject
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 
-BUDGET = "phases.kit.graphs:graph_budget_worker"
 
-
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
     prepared = cand.prepared
     regions = prepared.tree_regions
     request = GraphBudgetRequest(harness=plan.harness, device=plan.device, regions=tuple(regions), tokens=plan.tokens)
     try:
-        count = ctx.call_worker(IN_CHECKOUT, in_checkout(prepared.candidate_checkout, BUDGET, request),
-                                label="graph budget")
+        count = ctx.call(*in_checkout(prepared.candidate_checkout, GRAPH_BUDGET, request),
+                         label="graph budget").model_dump(mode="json")
     except WorkerFailed as exc:
         return reject(ctx, cand, f"regions {regions} do not compile over the model's shapes: "
                                  f"{exc.message.splitlines()[-1][:300]}")

@@ -15,21 +15,20 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.bandwidth import BandwidthRequest
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.kit.workers import BANDWIDTH
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
-
-BANDWIDTH = "phases.kit.bandwidth:bandwidth_worker"
-GLUE = "phases.local_compile_perf.work.glue:measure_glue_worker"
+from phases.local_compile_perf.workers import GLUE
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
-    bw = ctx.call_worker(BANDWIDTH, BandwidthRequest(device=plan.device).model_dump(), label="bandwidth")
+    bw = ctx.call(BANDWIDTH, BandwidthRequest(device=plan.device), label="bandwidth").model_dump(mode="json")
     ctx.record_measurement(name="bandwidth_tbs", unit="TB/s", samples=[bw["tbs"]],
-                           provenance={"command": f"{BANDWIDTH} device={plan.device}", "device_name": plan.device_name,
+                           provenance={"command": f"{BANDWIDTH.ref} device={plan.device}",
+                                       "device_name": plan.device_name,
                                        "torch": plan.torch, "seed": 0, "target_commit": ctx.base["commit"]},
                            labels={"kind": bw["kind"], "label": bw["label"], "nbytes": bw["nbytes"],
                                    "copies": bw["copies"], "seconds": bw["seconds"]})
@@ -42,7 +41,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     else:
         timing = plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)})
         request = GlueRequest(harness=plan.harness, tokens=tokens, device=plan.device, timing=timing)
-        glue = ctx.call_worker(GLUE, request.model_dump(mode="json"), label="glue ops")
+        glue = ctx.call(GLUE, request, label="glue ops").model_dump(mode="json")
         rows = build_gap_rows(glue["ops"], bandwidth_tbs=bw["tbs"])
         for op, row in zip(glue["ops"], rows):
             per_call = {"op": op["op"], "tokens": tokens, "per": "call"}

@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.candidates import pending_submission, reject, verdicts
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 from phases.local_compile_perf.region_offer import not_enabled
 from phases.local_compile_perf.stack import (
@@ -24,7 +24,6 @@ LADDER = ("enable an existing region", "resize a region", "rewrite the function 
           "add a region-scoped option", "autograd.Function with a hand-written backward")
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     submission = pending_submission(ctx.state)
     if submission is not None:

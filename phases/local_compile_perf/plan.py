@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.kit.harness import HarnessSpec, TimingKnobs
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan, Sizes
 from phases.local_compile_perf.start import resolve_budget_s
 
@@ -52,7 +52,6 @@ def resolve_sizes(options: dict[str, Any], device: str) -> Sizes:
                  why="as given" if given else base.why)
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     """Inventory the tree, resolve device, sizes and harness, write plan.md and the devlog's first entry."""
     opts = ctx.options
@@ -64,10 +63,11 @@ def run(ctx: PhaseContext) -> PhaseResult:
                            issues=(Issue(code="harness_missing", message="a torchtitan tree needs --harness MOD:FN "
                                          "(a factory returning the Harness of phases/kit/harness.py)",
                                          fix_location="orchestrator start ... --harness"),))
-    from phases.local_compile_perf.work.probe import ProbeRequest
+    from phases.local_compile_perf.work.probe import TargetProbeRequest
+    from phases.local_compile_perf.workers import PROBE
 
-    probe = ctx.call_worker("phases.local_compile_perf.work.probe:probe_target_worker",
-                            ProbeRequest(harness=opts["harness"], device=opts["device"]).model_dump(), label="probe")
+    probe = ctx.call(PROBE, TargetProbeRequest(harness=opts["harness"], device=opts["device"]),
+                     label="probe").model_dump(mode="json")
     sizes = resolve_sizes(opts, probe["device"])
     plan = Plan(harness=opts["harness"], kind=opts["target_kind"], device=probe["device"],
                 device_name=probe["device_name"], torch=probe["torch"], spec=HarnessSpec(**probe["spec"]), sizes=sizes,

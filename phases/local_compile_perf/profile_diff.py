@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 
 SYMPTOMS = {
@@ -69,7 +69,6 @@ def diff_rows(base: Cell, other: Cell) -> list[dict[str, Any]]:
              "delta_ms": a.get(f, 0.0) - b.get(f, 0.0), "symptom": SYMPTOMS.get(f, "")} for f in fams]
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     rows = [r for r in ctx.result("baselines", Baselines).rows if r.status == "measured"]
     cuda = ctx.result("plan", Plan).device.startswith("cuda")

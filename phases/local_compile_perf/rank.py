@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
-from phases.local_compile_perf.devlog import log, renders_devlog
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 
@@ -46,7 +46,6 @@ def stop_caveat(tokens: int, outside: float, glue: float, *, cuda: bool) -> str:
             f"outside row is an estimate (a profiled step minus ops timed alone){timer}")
 
 
-@renders_devlog
 def run(ctx: PhaseContext) -> PhaseResult:
     from phases.kit.rank import evaluate_stop_rule, rank_candidates
     from phases.kit.records import RankItem

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from phases.kit.harness import HarnessSpec, TimingKnobs
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from phases.kit.records import Record
 
 
 class Sizes(Record):

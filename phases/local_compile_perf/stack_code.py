@@ -19,16 +19,15 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext
 from phases.kit.ideal import ideal_ms
-from phases.local_compile_perf.candidates import IN_CHECKOUT, in_checkout
+from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
 from phases.local_compile_perf.records import Cell, Plan
 from phases.local_compile_perf.stack import add_detached_worktree, recipe_regions, remove_worktree
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
+from phases.local_compile_perf.workers import CONFIRM, GLUE
 
-CONFIRM = "phases.local_compile_perf.work.measure_trees:confirm_variants_worker"
-GLUE = "phases.local_compile_perf.work.glue:measure_glue_worker"
 REACHED_RATIO = 1.5
 """An op within this factor of its ideal time counts as reached."""
 FLOOR_FACTOR = 3.0
@@ -51,13 +50,13 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
                          for name, where, tree in TREES)
         request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
                                  timing=plan.timing)
-        rows = build_cells(ctx.call_worker(CONFIRM, request.model_dump(mode="json"), label="stack code"),
+        rows = build_cells(ctx.call(CONFIRM, request, label="stack code").model_dump(mode="json"),
                            runs=plan.sizes.runs)
         record_cells(ctx, rows, purpose="stack code")
         regions = recipe_regions(path)
         glue = GlueRequest(harness=plan.harness, device=plan.device, tokens=max(plan.tokens), regions=regions,
                            timing=plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)}))
-        answer = ctx.call_worker(IN_CHECKOUT, in_checkout(str(path), GLUE, glue), label="stack glue ops")
+        answer = ctx.call(*in_checkout(str(path), GLUE, glue), label="stack glue ops").model_dump(mode="json")
     finally:
         remove_worktree(ctx.target, path)
     blockers = [n["text"] for n in ctx.notes() if n["text"].startswith("blocker:")]

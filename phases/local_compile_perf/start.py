@@ -90,7 +90,7 @@ def hf_harness_ref(spec: str) -> str:
     return f"{HF_FACTORY}:{spec.removeprefix('hf:')}"
 
 
-def prepare(options: LcpOptions, state_dir: str) -> Prepared:
+def prepare(options: LcpOptions, state_dir: str, *, runner: Any = None) -> Prepared:
     """Resolve the target into a git checkout and the harness; UsageError (exit 2) on bad input."""
     if options.per_layer_tokens and options.tokens is None:
         raise UsageError("--per-layer-tokens needs --tokens (the default token counts depend on the device)")

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseContext
-from phases.local_compile_perf.candidates import IN_CHECKOUT, in_checkout
+from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.records import Candidate, ParallelBuildCheck, Plan, TpEpVerdict
 from phases.local_compile_perf.work.tp_ep_check import ParallelCheckRequest
+from phases.local_compile_perf.workers import TP_EP
 
-WORKER = "phases.local_compile_perf.work.tp_ep_check:tp_ep_worker"
 WORLD_SIZE, TP, EP = 8, 8, 8
 """DeepSeek-V3's target layout (the plan has no degree of its own)."""
 NEVER_BLOCKS = ("zero_token_graphs",)
@@ -39,11 +39,11 @@ def build_check(ctx: PhaseContext, plan: Plan, checkout: str, regions: list[str]
     request = ParallelCheckRequest(harness=plan.harness, device="cpu", regions=tuple(regions),
                                    world_size=WORLD_SIZE, tp=TP, ep=EP)
     try:
-        answer = ctx.call_worker(IN_CHECKOUT, in_checkout(checkout, WORKER, request), label=label)
+        answer = ctx.call(*in_checkout(checkout, TP_EP, request), label=label)
     except WorkerFailed as exc:
         return ParallelBuildCheck(status="UNRUN", reason=f"worker failed: {exc.message.splitlines()[-1][:300]}",
                                   **base)
-    return ParallelBuildCheck.model_validate(answer)
+    return answer
 
 
 def rule(check: ParallelBuildCheck, stack: ParallelBuildCheck | None) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -6,6 +6,8 @@ from typing import Any
 
 from orchestrator.workflow import PhaseSpec, Submission, Workflow
 from phases.local_compile_perf.candidates import PICK_PHASE, CandidateArgs
+from phases.local_compile_perf.devlog import render_devlog
+from phases.local_compile_perf.records import Baselines, Plan, TpEpVerdict
 from phases.local_compile_perf.start import LcpOptions, prepare
 from phases.local_compile_perf.rules import RULES
 
@@ -39,9 +41,9 @@ WORKFLOW = Workflow(
     description="measure glue against ideal time, rank it, verify the agent's rewrites, deliver a stack",
     templates="local_compile_perf",
     phases=(
-        phase("plan", title="budget, stop rule, devlog, inventory",
+        phase("plan", title="budget, stop rule, devlog, inventory", returns=Plan,
               agent_notes="The engine detects the region API and refuses a tree without local_compile."),
-        phase("baselines", title="traps, then eager / upstream / per-layer",
+        phase("baselines", title="traps, then eager / upstream / per-layer", returns=Baselines,
               timeout_s=3600, agent_notes="3+ token counts, both launch modes, median of 3 fresh processes."),
         phase("ideal_times", title="bandwidth and glue-op ideal times",
               gates=("baselines_measured",)),
@@ -70,6 +72,8 @@ WORKFLOW = Workflow(
     prepare=prepare,
     gates={"candidate_pending": candidate_pending, "baselines_measured": baselines_measured},
     rules=RULES,
+    records={"tp_ep_build_check": TpEpVerdict},
+    after_phase=(render_devlog,),
     submissions={"candidate": Submission(phase=PICK_PHASE, args=CandidateArgs, noun="candidates",
                                          check=f"{PACKAGE}.candidates:accept_candidate")},
 )

@@ -28,7 +28,7 @@ class ToyOptions(BaseModel):
     """File a slow worker creates before sleeping; when it exists the worker does not sleep."""
 
 
-def prepare(options: ToyOptions, state_dir: str) -> Prepared:
+def prepare(options: ToyOptions, state_dir: str, *, runner: Any = None) -> Prepared:
     target = Path(options.target).resolve()
     if not (target / ".git").is_dir():
         raise UsageError(f"{target} is not a git checkout")

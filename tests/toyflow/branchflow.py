@@ -23,7 +23,7 @@ class Options(BaseModel):
     target: str
 
 
-def prepare(options: Options, state_dir: str) -> Prepared:
+def prepare(options: Options, state_dir: str, *, runner: Any = None) -> Prepared:
     return Prepared(target=str(Path(options.target).resolve()), options=options.model_dump())
 
 

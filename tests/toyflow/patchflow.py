@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseResult
-from orchestrator.workflow import PatchPolicy, PhaseSpec, Prepared, Workflow
+from orchestrator.workflow import PhaseSpec, Prepared, Workflow
+from tests.toyflow.worker_fns import READ_VALUE
 
 
 class Options(BaseModel):
@@ -22,13 +23,18 @@ class Options(BaseModel):
     target: str
 
 
-def prepare(options: Options, state_dir: str) -> Prepared:
+def prepare(options: Options, state_dir: str, *, runner: Any = None) -> Prepared:
     return Prepared(target=str(Path(options.target).resolve()), options=options.model_dump())
 
 
+def take_patch(ctx: Any, args: Any, tool_call_id: str | None) -> None:
+    applied = ledger.accept_patch(ctx, args, tool_call_id)
+    ctx.add_record("gap_row", {"label": args.label, "patch_id": applied["patch_id"], **measure(ctx, args.label)})
+
+
 def measure(ctx: Any, label: str) -> dict[str, Any]:
-    answer = ctx.call_worker("tests.toyflow.worker_fns:read_value", {"path": "core/value.txt"}, label=label)
-    return {"value": answer["value"], "log": ctx.last_worker_log}
+    answer = ctx.call(READ_VALUE, {"path": "core/value.txt"}, label=label)
+    return {"value": answer.value, "log": ctx.last_worker_log}
 
 
 def run(ctx: Any) -> PhaseResult:
@@ -51,6 +57,5 @@ WORKFLOW = Workflow(
     name="patchy", description="ledger test workflow", options=Options, prepare=prepare,
     phases=(PhaseSpec(name="probe", module="tests.toyflow.patchflow"),),
     scope=("exp/",),
-    submissions={"patch": ledger.patch_row("probe")},
-    patches=PatchPolicy(phase="probe", measure="tests.toyflow.patchflow:measure", row_kind="gap_row"),
+    submissions={"patch": ledger.patch_row("probe", check="tests.toyflow.patchflow:take_patch")},
 )

@@ -3,22 +3,51 @@ import signal
 import subprocess
 import time
 
+from pydantic import BaseModel
+
+from orchestrator.phase_api import Worker
 from orchestrator.progress import report
 
 
+class SquareRequest(BaseModel):
+    n: int
+    mode: str
+    sleep: float
+    marker: str
+
+
+class SquareAnswer(BaseModel):
+    square: int
+    pid: int
+
+
+class ReadRequest(BaseModel):
+    path: str
+
+
+class ReadAnswer(BaseModel):
+    value: str
+    pid: int
+
+
 def square(request):
+    req = SquareRequest.model_validate(request)
     report("squaring")
-    if request["mode"] == "die":
+    if req.mode == "die":
         os.kill(os.getpid(), signal.SIGKILL)
-    if request["mode"] == "slow" and not os.path.exists(request["marker"]):
-        grandchild = subprocess.Popen(["sleep", str(request["sleep"] + 30)])
-        with open(request["marker"] + ".tmp", "w") as handle:  # the pids, for tests that look for orphans
+    if req.mode == "slow" and not os.path.exists(req.marker):
+        grandchild = subprocess.Popen(["sleep", str(req.sleep + 30)])
+        with open(req.marker + ".tmp", "w") as handle:  # the pids, for tests that look for orphans
             handle.write(f"{os.getpid()} {grandchild.pid}\n")
-        os.replace(request["marker"] + ".tmp", request["marker"])
-        time.sleep(request["sleep"])
-    return {"square": request["n"] ** 2, "pid": os.getpid()}
+        os.replace(req.marker + ".tmp", req.marker)
+        time.sleep(req.sleep)
+    return {"square": req.n ** 2, "pid": os.getpid()}
 
 
 def read_value(request):
-    with open(request["path"]) as handle:
+    with open(ReadRequest.model_validate(request).path) as handle:
         return {"value": handle.read().strip(), "pid": os.getpid()}
+
+
+SQUARE = Worker("tests.toyflow.worker_fns:square", SquareRequest, SquareAnswer)
+READ_VALUE = Worker("tests.toyflow.worker_fns:read_value", ReadRequest, ReadAnswer)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.errors import RunFinished, UsageError
+from orchestrator.errors import RunIsFinished, UsageError
 from orchestrator.trail.store import RunStore, atomic_write
 from phases.add_moe_model.survey.outcome import OUTCOMES, UNSUPPORTED_CODES, SurveyRow, row_from_run
 
@@ -67,7 +67,7 @@ def run_survey(opts: SurveyOptions, *, say: Callable[[str], None]) -> Survey:
     saved = load_progress(opts.out)
     started = time.monotonic()
     with warm_worker(root, say=say) as warm:
-        found = discover(root)
+        found = discover(root, runner=warm.runner)
         wanted = list(opts.models) if opts.models else [m["model_type"] for m in found["models"]]
         rows = {r.model_type: r for r in saved["rows"] if r.model_type in wanted}
         todo = [m for m in wanted if m not in rows]
@@ -76,7 +76,7 @@ def run_survey(opts: SurveyOptions, *, say: Callable[[str], None]) -> Survey:
         timings: list[float] = []
         for index, model_type in enumerate(todo, start=1):
             t0 = time.monotonic()
-            row = survey_one(model_type, opts, store=store, root=root, in_flight=saved["in_flight"])
+            row = survey_one(model_type, opts, store=store, root=root, in_flight=saved["in_flight"], runner=warm.runner)
             row.seconds = round(time.monotonic() - t0, 1)
             rows[model_type], saved["in_flight"] = row, {}
             save_progress(opts.out, rows, found["transformers"], in_flight={})
@@ -92,9 +92,12 @@ def run_survey(opts: SurveyOptions, *, say: Callable[[str], None]) -> Survey:
 
 
 def survey_one(model_type: str, opts: SurveyOptions, *, store: RunStore, root: Path,
-               in_flight: dict[str, str]) -> SurveyRow:
+               in_flight: dict[str, str], runner: Any = None) -> SurveyRow:
     """Start (or continue) this model's run and classify it; our own exceptions are ``error`` rows."""
     from orchestrator import engine
+    from orchestrator.worker import FRESH
+
+    runner = runner or FRESH
 
     model = f"type:{model_type}"
     run_id = in_flight.get(model_type)
@@ -104,15 +107,15 @@ def survey_one(model_type: str, opts: SurveyOptions, *, store: RunStore, root: P
             options = {"model": model, "target": target, "branch": "current", "commit": "never", "device": opts.device,
                        "torchrun_rows": "skip"}
             try:
-                run_id = engine.start(WORKFLOW, options, store=store).run_id
+                run_id = engine.start(WORKFLOW, options, store=store, runner=runner).run_id
             except UsageError as exc:
                 if exc.code in REFUSED_AS_UNSUPPORTED:
                     return SurveyRow(model_type=model_type, model=model, outcome="unsupported", reasons=[exc.message])
                 raise
             save_in_flight(opts.out, model_type, run_id)
         try:
-            state = engine.advance(run_id, store=store).state
-        except RunFinished:  # killed after its run ended but before its row was saved
+            state = engine.advance(run_id, store=store, runner=runner).state
+        except RunIsFinished:  # killed after its run ended but before its row was saved
             state = store.read_state(run_id)
         return row_from_run(model_type, model, state, store.run_dir(run_id), warm_root=str(root))
     except Exception as exc:  # noqa: BLE001 - any exception reaching here is ours: an error row
@@ -144,13 +147,14 @@ def clone_target(root: Path, state_dir: Path, model_type: str) -> Path:
 
 
 class warm_worker:  # noqa: N801 - used as a context manager
-    """Start ``orchestrator.warm_worker`` in ``root`` and point run_worker at it until exit."""
+    """Start ``orchestrator.warm_worker`` in ``root``; ``runner`` forks worker calls from it until exit
+    (``FRESH`` when it did not start)."""
 
     def __init__(self, root: Path, *, say: Callable[[str], None], preload: tuple[str, ...] = PRELOAD) -> None:
         self.root, self.say, self.preload = root, say, preload
 
     def __enter__(self) -> "warm_worker":
-        from orchestrator.worker import use_warm_server, worker_env
+        from orchestrator.worker import FRESH, Runner, worker_env
         from orchestrator.worker_main import die_with_parent
 
         self.tmp = tempfile.TemporaryDirectory(prefix="orchestrator-warm-")
@@ -161,9 +165,9 @@ class warm_worker:  # noqa: N801 - used as a context manager
             cwd=self.root, env=worker_env(self.root), stdout=subprocess.PIPE, preexec_fn=die_with_parent)
         ready = json.loads(self.proc.stdout.readline() or b'{"ready": false}')
         self.ready_s = round(time.monotonic() - t0, 1) if ready.get("ready") else None
-        self.using = None
+        self.runner = FRESH
         if ready.get("ready"):
-            self.using = use_warm_server(sock).__enter__()
+            self.runner = Runner(warm_socket=sock)
             dropped = (f"; {ready['dropped_for_cuda']} and later modules left to each call: importing it "
                        "initialised CUDA, which a forked call could not use" if ready.get("dropped_for_cuda") else "")
             self.say(f"warm worker ready in {time.monotonic() - t0:.1f} s ({ready['files']} target files "
@@ -173,17 +177,15 @@ class warm_worker:  # noqa: N801 - used as a context manager
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.using is not None:
-            self.using.__exit__()
         self.proc.kill()
         self.proc.wait()
         self.tmp.cleanup()
 
 
-def discover(root: Path) -> dict[str, Any]:
-    from orchestrator.worker import failure, run_worker
+def discover(root: Path, *, runner: Any = None) -> dict[str, Any]:
+    from orchestrator.worker import FRESH, failure, run_worker
 
-    result = run_worker(DISCOVER, {}, target=root, timeout_s=600)
+    result = run_worker(DISCOVER, {}, target=root, timeout_s=600, runner=runner or FRESH)
     if result.answer is None:
         raise failure(DISCOVER, result, log_name="(not kept)")
     return result.answer

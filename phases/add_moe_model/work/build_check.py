@@ -85,9 +85,9 @@ def save_synthetic_config(model_type: str, config_kwargs: dict[str, Any], path: 
     """Write the synthetic config as a local HF checkpoint dir (config.json only)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from phases.add_moe_model.work.moe_blocks import build_hf_config
+    from phases.add_moe_model.work.moe_blocks import build_config_from_entry
 
-    config = build_hf_config(model_type, config_kwargs)
+    config = build_config_from_entry(model_type, config_kwargs)
     # NOTE: real checkpoints name their class; the backend builds from architectures[0].
     config.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]
     config.save_pretrained(path)

@@ -73,7 +73,7 @@ def find_moe_site(model: nn.Module) -> MoeSite | None:
     return None
 
 
-def build_hf_config(model_type: str, config_kwargs: dict[str, Any]):
+def build_config_from_entry(model_type: str, config_kwargs: dict[str, Any]):
     """Build an HF config from a ``_MODEL_CONFIGS``-style entry (no hub access)."""
     from transformers import AutoConfig
 

@@ -1,6 +1,6 @@
 """Phase 3a worker: the unmodified HF MoE block against the target's Titan MoE.
 
-Runs in a worker subprocess of the target's Python (``ctx.call_worker``), so the
+Runs in a worker subprocess of the target's Python (``ctx.call(NUMERICS, ...)``), so the
 Titan side is whatever the target checkout builds today: its probe, its
 ``_build_moe_config`` and its state-dict adapter, used as they are (a converter bug
 must show). The HF side runs unmodified except for the one cast the skill allows: the
@@ -96,6 +96,12 @@ class CompareResult(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)
     seed: int
     seconds: dict[str, float] = Field(default_factory=dict)
+
+
+class CompareAnswer(BaseModel):
+    """Answer of ``compare_dtypes``: one result per dtype, in the request's order."""
+
+    results: list[CompareResult]
 
 
 def classify_roundtrip(raw: dict[str, Any]) -> RoundTrip:
@@ -212,7 +218,7 @@ def prepare_bench(req: CompareRequest, *, first_dtype: str) -> Bench:
     seconds = {"import": elapsed(t0), "import_backend": elapsed(backend_t)}
     device, note = resolve_device(req.device)
     t1 = time.perf_counter()
-    config = moe_blocks.build_hf_config(req.model_type, req.config_kwargs)
+    config = moe_blocks.build_config_from_entry(req.model_type, req.config_kwargs)
     model_cls = AutoModelForCausalLM._model_mapping[type(config)]
     hf_impl = moe_blocks.set_experts_impl(config, model_cls=model_cls)
     torch.manual_seed(req.seed)

@@ -17,23 +17,52 @@ import sys
 import traceback
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 MAX_RECORDED = 8
 
 
-def run_numerical_equivalence(request: dict[str, Any]) -> dict[str, Any]:
-    """Request: {"script", "model_type", "device" ("auto" leaves the script's default), "seed"}."""
-    return run_script(request["script"], ["--models", request["model_type"]], request)
+class ScriptRequest(BaseModel):
+    """Which tree script to run, on what."""
+
+    script: str
+    """Path of the script relative to the target."""
+    model_type: str = ""
+    """``--models`` of numerical_equivalence.py."""
+    weights: str = ""
+    """``--model_dir`` of numerical_equivalence_pretrained.py (a checkpoint directory)."""
+    device: str = "auto"
+    """"auto" leaves the script's default."""
+    seed: int
 
 
-def run_pretrained_script(request: dict[str, Any]) -> dict[str, Any]:
-    """The tree's numerical_equivalence_pretrained.py: {"script", "weights" (a checkpoint dir), "device", "seed"}."""
-    return run_script(request["script"], ["--model_dir", request["weights"]], request)
+class ScriptAnswer(BaseModel):
+    """What the script did, verbatim."""
+
+    argv: list[str]
+    returncode: int
+    output: str
+    """stdout and stderr, in order."""
+    moe_inputs: list[dict[str, Any]] = Field(default_factory=list)
+    """Shapes the target's Titan MoE received (at most ``MAX_RECORDED``)."""
 
 
-def run_script(script: str, args: list[str], request: dict[str, Any]) -> dict[str, Any]:
-    argv = [script, *args, "--seed", str(request["seed"])]
-    if request.get("device", "auto") != "auto":
-        argv += ["--device", request["device"]]
+def run_numerical_equivalence(request: Any) -> dict[str, Any]:
+    """``ScriptRequest`` with ``model_type``, answer ``ScriptAnswer``."""
+    req = ScriptRequest.model_validate(request)
+    return run_script(req.script, ["--models", req.model_type], req)
+
+
+def run_pretrained_script(request: Any) -> dict[str, Any]:
+    """The tree's numerical_equivalence_pretrained.py: ``ScriptRequest`` with ``weights``."""
+    req = ScriptRequest.model_validate(request)
+    return run_script(req.script, ["--model_dir", req.weights], req)
+
+
+def run_script(script: str, args: list[str], request: ScriptRequest) -> dict[str, Any]:
+    argv = [script, *args, "--seed", str(request.seed)]
+    if request.device != "auto":
+        argv += ["--device", request.device]
     buffer, inputs = io.StringIO(), []
     handle = _record_titan_moe_inputs(inputs)
     saved_argv, code = sys.argv, 0

@@ -84,6 +84,18 @@ def capture(req: CaptureRequest, replay: dict[str, dict] | None = None) -> Dtype
     return captures
 
 
+class CaptureAnswer(BaseModel):
+    """Answer of ``capture_worker``: where the captures went and what they hold."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    file: str
+    tensors: dict[str, int]
+    """Captured tensors per dtype."""
+    downcasts: list[str]
+    """Ops of the fp64 capture whose results were not fp64."""
+    routers: list[str]
+
+
 def capture_worker(request: dict) -> dict:
     """SaveCaptureRequest -> {"file", "tensors", "downcasts", "routers"}; the captures go to ``out``.
 
@@ -98,7 +110,7 @@ def capture_worker(request: dict) -> dict:
             "routers": sorted(routing.get("fp32", {}))}
 
 
-class CompareRequest(BaseModel):
+class CorrectnessRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     candidate: CaptureRequest
     """The candidate tree's captures (bf16, fp32), made in this process."""
@@ -110,7 +122,7 @@ class CompareRequest(BaseModel):
 
 
 def compare_worker(request: dict) -> dict:
-    """CompareRequest -> kit Correctness dump (4 comparisons; downcasts of the fp64 reference).
+    """CorrectnessRequest -> kit Correctness dump (4 comparisons; downcasts of the fp64 reference).
 
     The candidate is captured here rather than saved: at real dims one capture file is
     tens of GB, and the reference is read memory-mapped."""
@@ -119,7 +131,7 @@ def compare_worker(request: dict) -> dict:
     from phases.kit.correctness import BF16_ULP_REL_TOL, DtypeCaptures, compare_dtypes
     from phases.kit.records import Correctness
 
-    req = CompareRequest.model_validate(request)
+    req = CorrectnessRequest.model_validate(request)
     saved = torch.load(req.reference, mmap=True, weights_only=True)
     reference = DtypeCaptures(tensors={k: saved[k] for k in ("bf16", "fp32", "fp64")}, downcasts=req.downcasts,
                               routing=saved["routing"], bands=saved["bands"])

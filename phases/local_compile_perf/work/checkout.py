@@ -1,6 +1,6 @@
 """Run a worker function against another checkout of the target (a git worktree).
 
-``ctx.call_worker`` always starts in the run's target checkout. A candidate is measured
+``ctx.call`` always starts in the run's target checkout. A candidate is measured
 against the stack it would join, so the same run needs two checkouts at once: the stack
 tip and the candidate. ``run_in_checkout`` moves the worker into the checkout named by the
 request (cwd and the front of ``sys.path``) before anything imports the target's code,
@@ -9,7 +9,6 @@ which is what makes ``import examples`` or ``import torchtitan`` resolve to that
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -26,6 +25,8 @@ class InCheckoutRequest(BaseModel):
     """Absolute path of the checkout to run in."""
     func: str
     """"pkg.mod:fn" of the wrapped worker function."""
+    models: tuple[str, ...] = ()
+    """Its request and answer models ("pkg.mod:Class"), as ``orchestrator.worker_main`` takes them."""
     request: dict[str, Any]
 
 
@@ -48,10 +49,10 @@ def enter_checkout(path: str | Path) -> Path:
     return root
 
 
-def run_in_checkout(request: dict) -> dict:
+def run_in_checkout(request: Any) -> Any:
     """Worker entry: ``InCheckoutRequest`` in; the wrapped function's answer out."""
+    from orchestrator.worker_main import call_function
+
     req = InCheckoutRequest.model_validate(request)
     enter_checkout(req.checkout)
-    module_name, _, attr = req.func.partition(":")
-    func = getattr(importlib.import_module(module_name), attr)
-    return func({**req.request})
+    return call_function(req.func, {**req.request}, models=req.models)
