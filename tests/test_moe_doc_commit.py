@@ -84,6 +84,17 @@ def test_compat_doc_is_created_with_its_sections_and_rerun_is_idempotent(target)
     assert again.count("### Qwen3-30B-A3B (qwen3_moe)") == 1
 
 
+def test_layouts_the_target_declares_unsupported_are_named_beside_the_unsupported_features(target):
+    ctx = Ctx(target, answers={"commit": "auto"})
+    ctx.results["parallelism"]["build_check"] = [
+        {"world_size": 2, "tp": 2, "ep": 1, "status": "UNSUPPORTED", "error": "NotImplementedError: TP with DSA"},
+        {"world_size": 4, "tp": 1, "ep": 4, "status": "PASS"}]
+    assert compat_doc.run(ctx).outcome == "passed"
+    text = (target / compat_doc.DOC).read_text()
+    assert ("- Unsupported features: none found by the probe; parallel layouts the target declares unsupported: "
+            "world 2 (tp=2, ep=1): NotImplementedError: TP with DSA\n") in text
+
+
 def test_commit_refuses_a_core_path(target):
     (target / "torchtitan/models/common/moe.py").write_text("y = 2\n")
     (target / EXP / "model.py").write_text("x = 2\n")

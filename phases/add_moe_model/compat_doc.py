@@ -47,6 +47,8 @@ def collect_values(results: dict[str, Any], *, model_id: str) -> dict[str, Any]:
         "torchrun": ", ".join(f"{config} {row_verdict(row)}" for config, row in rows.items()) or "not run",
         "caveats": caveats(results), "row_causes": row_lines(results),
         "build_check": "/".join(f"{r['world_size']}:{r['status']}" for r in build) or "not run",
+        "unsupported_layouts": [f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r.get('error') or ''}".strip()
+                                for r in build if r["status"] == "UNSUPPORTED"],
         "pretrained": results["numerics"].get("pretrained"),
         "probe": probe, "core_issues": core, "gap_rows": results.get("gap_analysis", {}).get("rows", []),
         "waived": [{"phase": phase, "code": code, "reason": reason} for phase, data in results.items()
