@@ -23,7 +23,7 @@ from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
 from orchestrator.trail.writer import OpenRun
 from orchestrator.handback import read_results, record_handback
-from orchestrator.resume_report import AGENT_QUESTION_ONLY, wait_point, with_report
+from orchestrator.resume_report import AGENT_QUESTION_ONLY, NOT_ADVANCED, wait_point, with_report
 from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiver, waived_codes
 from orchestrator.worker import FRESH, Runner
 from orchestrator.workflow import DONE, Workflow, load_workflow
@@ -143,7 +143,8 @@ def resume(run_id: str, answers: dict[str, str], *, store: RunStore, actor: str 
         # nothing, unless a waiver recorded earlier still waits for the phase to run again.
         only_agent_questions = bool(parsed) and set(parsed) <= agent_keys and not unapplied_waivers(run.state)
         if not advance_after or only_agent_questions:
-            messages = (AGENT_QUESTION_ONLY.format(run_id=run_id),) if only_agent_questions else ()
+            messages = ((AGENT_QUESTION_ONLY if only_agent_questions else NOT_ADVANCED)
+                        .format(run_id=run_id, phase=run.state["phase"]),)
             outcome = Outcome(run_id=run_id, state=run.state, exit_code=exit_code_for(run.state), messages=messages)
         else:
             outcome = drive_open_run(run, load_workflow(run.state["workflow"]), progress=progress, max_phases=None)

@@ -15,6 +15,10 @@ from typing import Any
 
 from orchestrator.waivers import parse_key, unapplied_waivers
 
+NOT_ADVANCED = (
+    "recorded only (--no-advance): nothing re-ran, so the summary above is still the {phase} phase's from before; "
+    "it runs again with `orchestrator advance {run_id}`"
+)
 AGENT_QUESTION_ONLY = (
     "answer recorded for the agent; the engine cannot act on an agent's question, so nothing was re-run. "
     "A person can waive a finding (`orchestrator resume {run_id} --waive CODE --reason TEXT`) or stop the run "

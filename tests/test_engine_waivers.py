@@ -46,6 +46,9 @@ def test_no_advance_records_the_waiver_and_leaves_the_run_to_the_next_advance(tm
     state = store.read_state(run_id)
     assert (state["phase"], state["status"]) == (before["phase"], before["status"])
     assert state["answers"][f"waive:fix:{code}"] == "reviewed"
+    said = json.loads(kept.stdout)["messages"]
+    assert any(m.startswith("recorded only (--no-advance): nothing re-ran, so the summary above is still the fix "
+                            "phase's from before") and f"orchestrator advance {run_id}" in m for m in said), said
     moved = cli("advance", run_id, "--json", state_dir=tmp_path / "state")
     assert moved.returncode == 0 and store.read_state(run_id)["status"] == "done", moved.stdout + moved.stderr
 
