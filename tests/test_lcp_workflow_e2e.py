@@ -70,8 +70,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     assert started.returncode == 0, started.stderr
     run_id = _json(started)["run_id"]
 
-    advanced = cli("advance", run_id, "--json", state_dir=state, timeout=3000)
-    status = _json(advanced)
+    advanced = cli("advance", run_id, state_dir=state, timeout=3000)  # no --json: the progress lines are read
+    status = _json(cli("status", run_id, "--json", state_dir=state))
     assert advanced.returncode == 4, (status["summary"], advanced.stderr[-3000:])
     assert status["phase"] == "pick_fix" and status["awaiting"] == "agent"
     # each fresh process of the long phases is reported, with an ETA from the second on
