@@ -151,6 +151,7 @@ def test_utc_now_writes_what_datetime_isoformat_writes(monkeypatch: pytest.Monke
 
 def test_a_signal_that_arrives_mid_write_is_handled_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
+    import threading
 
     store = RunStore(tmp_path / "state")
     store.create_run("r", STARTED)
@@ -161,9 +162,11 @@ def test_a_signal_that_arrives_mid_write_is_handled_after_it(tmp_path: Path, mon
 
             def fsync_interrupted(fd: int) -> None:
                 # NOTE: only the log's own sync: another file synced first (an anchor dir made on first use,
-                # depending on what ran before in the session) is outside the held write.
+                # depending on what ran before in the session) is outside the held write. The signal goes to
+                # the writing thread: the hold is a thread's mask, and in a process with more threads (an xdist
+                # worker's I/O thread) the kernel may hand a process-wide signal to another one.
                 if os.readlink(f"/proc/self/fd/{fd}").endswith("events.jsonl"):
-                    os.kill(os.getpid(), signal.SIGINT)
+                    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
                 real(fd)
 
             monkeypatch.setattr(os, "fsync", fsync_interrupted)
