@@ -70,7 +70,10 @@ def test_the_survey_of_every_type_on_one_h200_has_no_error_within_ten_minutes(un
 
 
 def test_the_upstream_models_on_main_reach_upstreams_tier_on_cuda(unpacked):
-    state = unpacked / "all" / "main-state"
+    assert_upstream_tiers_on_cuda(unpacked / "all" / "main-state")
+
+
+def assert_upstream_tiers_on_cuda(state: Path) -> None:
     for model, tier in UPSTREAM_TIERS.items():
         status = json.loads((state / f"{model.replace('/', '_').replace(':', '_')}.json").read_text())
         run = json.loads((state / "runs" / status["run_id"] / "run.json").read_text())
@@ -80,7 +83,10 @@ def test_the_upstream_models_on_main_reach_upstreams_tier_on_cuda(unpacked):
 
 
 def test_readme_command_1_on_cuda_trains_its_one_gpu_row(unpacked):
-    run_dir = next((unpacked / "readme1" / "runs").iterdir())
+    assert_one_gpu_row_trained_on_cuda(next((unpacked / "readme1" / "runs").iterdir()))
+
+
+def assert_one_gpu_row_trained_on_cuda(run_dir: Path) -> None:
     run = json.loads((run_dir / "run.json").read_text())
     rows = {r["config"]: r for r in run["results"]["parallelism"]["rows"]}
     assert run["status"] == "done" and run["results"]["numerics"]["verdict"]["device"] == "cuda"
