@@ -83,8 +83,7 @@ class EngineContext:
 
     def records(self, model: type[M]) -> list[M]:
         """See ``PhaseContext.records``."""
-        kind = self._workflow_table().record_kind(model)
-        return [model.model_validate(r) for r in self._run.state["records"].get(kind, [])]
+        return self._workflow_table().records_in(self._run.state, model)
 
     def _workflow_table(self) -> Any:
         if self._table is None:

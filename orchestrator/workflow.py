@@ -17,13 +17,14 @@ import importlib
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from orchestrator.errors import UsageError, WorkflowDefinitionError
 
 if TYPE_CHECKING:  # the class is only named in annotations; importing pydantic costs ~0.1 s
     from pydantic import BaseModel
 
+M = TypeVar("M", bound="BaseModel")
 DONE = "done"
 Gate = Callable[[dict[str, Any]], list[str]]
 """Takes the run snapshot; returns the reasons the phase may not be entered (empty = open)."""
@@ -242,6 +243,19 @@ class Workflow:
             raise UsageError(f"workflow {self.name} {what} {phase!r}; pass the model (ctx.result(phase, Model)) "
                              "or declare it in the table")
         return spec.returns
+
+    def result_in(self, state: Mapping[str, Any], phase: str) -> Any:
+        """``state``'s result of ``phase`` as its ``returns`` model; None when the phase has left none yet.
+
+        For code that holds a snapshot rather than a context (gates, hand-back hooks, the survey); the
+        snapshot keeps the data of a phase's latest pass or wait, so a model must accept both.
+        """
+        data = state["results"].get(phase)
+        return None if data is None else self.returns(phase).model_validate(data)
+
+    def records_in(self, state: Mapping[str, Any], model: type[M]) -> list[M]:
+        """``state``'s records of the kind the table declares for ``model``, oldest first (see ``records``)."""
+        return [model.model_validate(r) for r in state["records"].get(self.record_kind(model), [])]
 
     def check_result(self, name: str, result: Any) -> Any:
         """``result`` of phase ``name``, or a failed one when its passing data is not its ``returns`` model."""

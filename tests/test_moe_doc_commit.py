@@ -22,6 +22,22 @@ VERDICT = {"status": "WARN", "kl": 1.15e-06, "max_diff": 3.91e-03, "cos_sim": 0.
            "roundtrip": {"status": "PASS"}}
 
 
+def torchrun_row(config: str, world_size: int, status: str, **rest: Any) -> dict[str, Any]:
+    """A torchrun row as parallel_matrix.base_record starts it, with ``rest`` on top."""
+    return {"config": config, "world_size": world_size, "tp": 1, "ep": 1, "command": f"torchrun {config}",
+            "status": status, "error": "", "root_cause": "", "log": None, "ran": False, **rest}
+
+
+def build_row(world_size: int, status: str, **rest: Any) -> dict[str, Any]:
+    """One world size of the sharding build check (the worker's WorldResult)."""
+    return {"world_size": world_size, "tp": 1, "ep": world_size, "status": status, **rest}
+
+
+def parallel_data(rows: list[dict[str, Any]], build: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"rows": rows, "build_check": build, "gpus": 0, "torch_compat": {"torch": "2.13.0+cpu", "applied": []},
+            "fsdp": {"ok": False, "accepts_dp_mesh_dims": True, "torch": "2.13.0+cpu", "error": "ValueError: ..."}}
+
+
 class Ctx:
     """The parts of PhaseContext these two phases use, over a real repository."""
 
@@ -31,18 +47,17 @@ class Ctx:
         self.options = {"model_id": "Qwen/Qwen3-30B-A3B"}
         self.results = {"probe": PROBE, "numerics": {"verdict": verdict},
                         "synthetic_config": {"entry": {"hidden_size": 2048, "moe_intermediate_size": 768}},
-                        "parallelism": {"rows": [{"config": "FSDP-1gpu", "world_size": 1, "status": "UNRUN",
-                                                  "root_cause": ""}],
-                                        "build_check": [{"world_size": 2, "status": "PASS"}]},
-                        "preflight": {"branch": "main"}}
+                        "parallelism": parallel_data([torchrun_row("FSDP-1gpu", 1, "UNRUN")], [build_row(2, "PASS")]),
+                        "preflight": {"branch": "main", "auto_commit": answers.get("commit") == "auto",
+                                      "base_commit": self.base["commit"]}}
         self.results["numerics"]["measured_tree"] = snapshot_experiment(target, self.base["commit"])
         self.artifacts: dict[str, str] = {}
-        self.records: list[tuple[str, dict]] = []
+        self.added: list[tuple[str, dict]] = []
 
     @property
     def state(self) -> dict[str, Any]:
         records: dict[str, list[dict]] = {}
-        for kind, record in self.records:
+        for kind, record in self.added:
             records.setdefault(kind, []).append(record)
         return {"records": records}
 
@@ -53,11 +68,16 @@ class Ctx:
         self.artifacts[name] = content
         return name
 
-    def add_record(self, kind: str, record: dict) -> None:
-        self.records.append((kind, record))
+    def add_record(self, kind: str, record: Any) -> None:
+        dump = getattr(record, "model_dump", None)
+        self.added.append((kind, dump(mode="json") if dump else record))
 
     def result(self, phase: str, model: Any) -> Any:
         return model.model_validate(self.results[phase])
+
+    def records(self, model: Any) -> list[Any]:
+        kind = WORKFLOW.record_kind(model)
+        return [model.model_validate(r) for k, r in self.added if k == kind]
 
 
 @pytest.fixture
@@ -87,8 +107,7 @@ def test_compat_doc_is_created_with_its_sections_and_rerun_is_idempotent(target)
 def test_layouts_the_target_declares_unsupported_are_named_beside_the_unsupported_features(target):
     ctx = Ctx(target, answers={"commit": "auto"})
     ctx.results["parallelism"]["build_check"] = [
-        {"world_size": 2, "tp": 2, "ep": 1, "status": "UNSUPPORTED", "error": "NotImplementedError: TP with DSA"},
-        {"world_size": 4, "tp": 1, "ep": 4, "status": "PASS"}]
+        build_row(2, "UNSUPPORTED", tp=2, ep=1, error="NotImplementedError: TP with DSA"), build_row(4, "PASS")]
     assert compat_doc.run(ctx).outcome == "passed"
     text = (target / compat_doc.DOC).read_text()
     assert ("- Unsupported features: none found by the probe; parallel layouts the target declares unsupported: "
@@ -113,7 +132,7 @@ def test_commit_uses_the_template_and_records_the_hash(target):
     head = git.Repo(target).head.commit
     assert head.message.splitlines()[0] == "Add Qwen3-30B-A3B to transformers MoE backend"
     assert "(H=2048, I=768, E=8)" in head.message and "KL=1.15e-06, max_diff=3.91e-03" in head.message
-    assert ctx.records == [("commit", {"hash": head.hexsha, "branch": "main", "files": [f"{EXP}model.py"]})]
+    assert ctx.added == [("commit", {"hash": head.hexsha, "branch": "main", "files": [f"{EXP}model.py"]})]
 
 
 def test_commit_never_leaves_the_tree_for_review(target):
@@ -180,10 +199,9 @@ TORCH_CAUSE = ("torch 2.13.0+cpu: fully_shard cannot shard torchtitan's spmd_typ
                "(probe on a 2-rank fake mesh: ValueError: When dp_mesh_dims is provided, all parameters must be "
                "DTensors on the full SPMD mesh)")
 CPU_ROWS = [  # what a machine without GPUs records (torch 2.13): README's "parallelism rows 3 FAIL, 1 UNRUN"
-    {"config": "FSDP-1gpu", "world_size": 1, "status": "UNRUN", "error": "needs 1 GPU(s), this machine has 0",
-     "root_cause": ""},
-    *({"config": config, "world_size": ws, "status": "FAIL", "root_cause": TORCH_CAUSE, "fixable": False,
-       "error": f"not run here (needs {ws} GPU(s), this machine has 0); the FSDP probe fails: ValueError: ..."}
+    torchrun_row("FSDP-1gpu", 1, "UNRUN", error="needs 1 GPU(s), this machine has 0"),
+    *(torchrun_row(config, ws, "FAIL", root_cause=TORCH_CAUSE, fixable=False,
+                   error=f"not run here (needs {ws} GPU(s), this machine has 0); the FSDP probe fails: ValueError: ...")
       for config, ws in (("FSDP", 2), ("FSDP+EP", 2), ("FSDP+TP+EP", 4))),
 ]
 
@@ -210,3 +228,10 @@ def test_a_done_run_with_failed_rows_says_so_in_its_summary_commit_message_doc_a
     state = {"run_id": "r", "workflow": "add-moe-model", "target": str(target), "phase": "done", "status": "done",
              "summary": result.summary}
     assert summary in status_text(state)
+
+
+def test_the_results_view_types_each_phase_as_the_table_does():
+    from phases.add_moe_model.records import Results
+
+    for name, field in Results.model_fields.items():
+        assert field.annotation == (WORKFLOW.phase(name).returns | None), name

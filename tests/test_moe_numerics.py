@@ -21,6 +21,7 @@ import pytest
 from orchestrator.phase_api import PhaseResult
 from orchestrator.templates_dir import templates_dir
 from phases.add_moe_model import numerics as phase
+from phases.add_moe_model.records import Numerics
 from phases.add_moe_model.survey.outcome import numerics_summary
 from phases.add_moe_model.work.firmness import judge_edge
 from phases.add_moe_model.work.kl import classify_kl
@@ -107,7 +108,7 @@ def test_a_tier_is_one_tier_everywhere_and_a_routing_flip_is_counted_not_called_
     flipped = phase.decide([_result("WARN", kl=3.01e-5, firmness={**wide, **judged})])
     assert "the one-ulp move routes 3 of 64 tokens differently on each side (KL then 2.07e-02)" in flipped.summary
     assert "reaching" not in flipped.summary and "|" not in flipped.summary
-    row = numerics_summary({"numerics": {"verdict": {"status": "WARN", "kl": 3.01e-5, "firmness": wide}}})
+    row = numerics_summary(Numerics.model_validate({"verdict": {"status": "WARN", "kl": 3.01e-5, "firmness": wide}}))
     assert row["tier"] == "WARN" and row["tier_shown"] == "WARN (one-ulp spread reaches PASS and FAIL)"
 
 

@@ -19,6 +19,7 @@ import pytest
 from phases.add_moe_model import numerics as phase
 from phases.add_moe_model.compat import ProbeRequest
 from phases.add_moe_model.model_source import resolve_model_source
+from phases.add_moe_model.records import Probe
 from phases.add_moe_model.work.numerics import CompareResult, LoadReport, RoundTrip
 from phases.add_moe_model.workspace import EXP, new_run_workspace
 from tests.conftest import call_worker
@@ -27,8 +28,8 @@ AFMOE = dict(model_type="afmoe", hidden_size=256, intermediate_size=512, moe_int
              num_hidden_layers=2, num_dense_layers=1, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
              num_experts=8, num_experts_per_tok=2, num_shared_experts=1, vocab_size=256, max_position_embeddings=64,
              attn_implementation="sdpa", use_cache=False)
-PROBE_PASS = {"strict_load": "PASS", "strict_load_detail": {"verdict": "PASS", "missing": [], "unexpected": []},
-              "issues": []}
+PROBE_PASS = Probe(model_type="qwen3_moe", strict_load="PASS",
+                   strict_load_detail={"verdict": "PASS", "missing": [], "unexpected": []})
 
 
 def fix_afmoe_adapter(target: Path) -> None:
@@ -83,10 +84,12 @@ def test_a_key_the_adapter_misnames_is_the_agents_with_the_probes_verdict_beside
 
 
 def test_a_key_titan_has_no_place_for_follows_the_probes_core_finding_to_a_person() -> None:
-    probe = {"strict_load": "FAIL", "strict_load_detail": {"verdict": "FAIL", "unexpected": ["down_proj.weight"]},
-             "issues": [{"code": "router_scale_ignored", "severity": "core",
-                         "message": "Gemma4TextRouter scales routing with ['scale', 'per_expert_scale']; ...",
-                         "fix_location": "torchtitan/models/common/moe.py (TokenChoiceTopKRouter)"}]}
+    probe = Probe.model_validate({
+        "model_type": "gemma4_text", "strict_load": "FAIL",
+        "strict_load_detail": {"verdict": "FAIL", "unexpected": ["down_proj.weight"]},
+        "issues": [{"code": "router_scale_ignored", "severity": "core",
+                    "message": "Gemma4TextRouter scales routing with ['scale', 'per_expert_scale']; ...",
+                    "fix_location": "torchtitan/models/common/moe.py (TokenChoiceTopKRouter)"}]})
     row = _verdict(unexpected=["router.per_expert_scale", "router.scale"]).model_copy(
         update={"status": "FAIL", "kl": 4e-3})
     decided = phase.decide([row], probe=probe)

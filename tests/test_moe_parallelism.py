@@ -103,10 +103,12 @@ def test_diagnosis_names_known_causes_and_leaves_the_rest_to_the_agent() -> None
 
 
 def handback_state(pending: bool) -> dict:
-    rows = [{"config": r.config, "world_size": r.world_size, "tp": r.tp, "ep": r.ep, "command": f"cmd {r.slug}"}
+    """A run waiting at parallelism with every row unrun here (as the phase leaves it on a machine without GPUs)."""
+    rows = [{"config": r.config, "world_size": r.world_size, "tp": r.tp, "ep": r.ep, "command": f"cmd {r.slug}",
+             "status": "UNRUN", "error": "needs GPUs", "root_cause": "", "log": None, "ran": False}
             for r in matrix(2)]
-    return {"results": {"parallelism": {"rows": rows}},
-            "pending": [{"key": "unrun_rows"}] if pending else []}
+    data = {"rows": rows, "build_check": [], "gpus": 0, "fsdp": {"ok": False}, "torch_compat": {"applied": []}}
+    return {"results": {"parallelism": data}, "pending": [{"key": "unrun_rows"}] if pending else []}
 
 
 def test_handed_back_logs_become_rows(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.phase_api import PhaseResult
 from phases.add_moe_model import compat_doc, pretrained, rules, tree_scripts
+from phases.add_moe_model.records import Results
 from phases.add_moe_model.weights import check_model_type, read_weights_dir
 from tests.conftest import call_worker, cli
 
@@ -91,7 +92,7 @@ def test_audit_checks_the_pretrained_tier_against_its_kl():
 def _row(status: str, kl: float | None, **extra) -> dict:
     return {"model": "ck", "weights": "/w/ck", "model_type": "qwen3_moe", "status": status, "kl": kl, "cos_sim": 0.99,
             "max_diff": 0.1,
-            "mean_diff": 0.01, "error": extra.pop("error", None), **extra}
+            "mean_diff": 0.01, "seed": 42, "error": extra.pop("error", None), **extra}
 
 
 def test_a_pretrained_fail_makes_gap_analysis_mandatory_and_an_error_goes_to_the_agent():
@@ -131,11 +132,12 @@ def test_the_compat_doc_section_shows_the_pretrained_result():
     def render(template, **values):
         return render_template("add_moe_model", template, **values)
 
-    values = compat_doc.collect_values(results, model_id="Qwen/Qwen3-30B-A3B")
+    values = compat_doc.collect_values(Results.model_validate(results), model_id="Qwen/Qwen3-30B-A3B")
     text = compat_doc.update_doc(render("compat_doc_skeleton.md.j2"), values, render=render)
     assert "- Pretrained weights (ck, hidden 64): PASS KL=3.10e-07 cos=0.990000 max_diff=1.00e-01" in text
-    without = compat_doc.collect_values({**results, "numerics": {"verdict": results["numerics"]["verdict"]}},
-                                        model_id="Qwen/Qwen3-30B-A3B")
+    without = compat_doc.collect_values(
+        Results.model_validate({**results, "numerics": {"verdict": results["numerics"]["verdict"]}}),
+        model_id="Qwen/Qwen3-30B-A3B")
     text = compat_doc.update_doc(render("compat_doc_skeleton.md.j2"), without, render=render)
     assert "- Pretrained weights: not run (no --weights)" in text
     assert json.dumps(values["pretrained"])

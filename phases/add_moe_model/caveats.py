@@ -10,54 +10,54 @@ and MODEL_COMPATIBILITY.md all use them, so none of them reads as a clean pass.
 
 from __future__ import annotations
 
-from typing import Any
+from phases.add_moe_model.records import Results, TorchrunRow
 
 NOT_PASSED = ("FAIL", "UNRUN")
 
 
-def caveats(results: dict[str, Any]) -> list[str]:
+def caveats(results: Results) -> list[str]:
     """["numerics WARN", "parallelism rows 3 FAIL, 1 UNRUN", ...]; empty for a clean pass."""
     parts = []
-    status = ((results.get("numerics") or {}).get("verdict") or {}).get("status")
+    status = results.numerics.verdict.status if results.numerics else None
     if status and status != "PASS":
         parts.append(f"numerics {status}")
     rows = torchrun_rows(results)
-    counts = ", ".join(f"{n} {s}" for s in NOT_PASSED if (n := sum(r.get("status") == s for r in rows)))
+    counts = ", ".join(f"{n} {s}" for s in NOT_PASSED if (n := sum(r.status == s for r in rows)))
     if counts:
         parts.append(f"parallelism rows {counts}")
-    build = [f"world {r['world_size']} {r['status']}" for r in (results.get("parallelism") or {}).get("build_check", [])
-             if r.get("status") != "PASS"]
+    checks = results.parallelism.build_check if results.parallelism else ()
+    build = [f"world {r.world_size} {r.status}" for r in checks if r.status != "PASS"]
     if build:
         parts.append(f"sharding build check {', '.join(build)}")
-    waived = sorted({code for phase in results.values() if isinstance(phase, dict) for code in phase.get("waived", {})})
+    waived = sorted({code for codes in results.waived().values() for code in codes})
     if waived:
         parts.append(f"waived by a person: {', '.join(waived)}")
     return parts
 
 
-def summary_caveat(results: dict[str, Any]) -> str:
+def summary_caveat(results: Results) -> str:
     """"; numerics WARN; parallelism rows 3 FAIL, 1 UNRUN (see the report)", or "" for a clean pass."""
     parts = [f"{p} (see the report)" if p.startswith("parallelism rows") else p for p in caveats(results)]
     return "".join(f"; {part}" for part in parts)
 
 
-def caveat_lines(results: dict[str, Any]) -> list[str]:
+def caveat_lines(results: Results) -> list[str]:
     """One line per caveat, the torchrun rows' as ``row_lines`` give them."""
     return [c for c in caveats(results) if not c.startswith("parallelism rows")] + row_lines(results)
 
 
-def row_lines(results: dict[str, Any]) -> list[str]:
+def row_lines(results: Results) -> list[str]:
     """The cause of every torchrun row that did not PASS, rows of one cause on one line."""
     groups: dict[tuple[str, str], list[str]] = {}
     for row in torchrun_rows(results):
-        if row.get("status") in NOT_PASSED:
-            cause = row.get("root_cause") or row.get("error") or "no cause recorded"
-            groups.setdefault((row["status"], cause), []).append(f"{row['config']} ({gpus(row['world_size'])})")
+        if row.status in NOT_PASSED:
+            cause = row.root_cause or row.error or "no cause recorded"
+            groups.setdefault((row.status, cause), []).append(f"{row.config} ({gpus(row.world_size)})")
     return [f"torchrun {', '.join(configs)}: {status}: {cause}" for (status, cause), configs in groups.items()]
 
 
-def torchrun_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((results.get("parallelism") or {}).get("rows", []))
+def torchrun_rows(results: Results) -> list[TorchrunRow]:
+    return list(results.parallelism.rows) if results.parallelism else []
 
 
 def gpus(world_size: int) -> str:

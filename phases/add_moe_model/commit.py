@@ -20,7 +20,7 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model.caveats import caveat_lines, summary_caveat
 from phases.add_moe_model.work.config_fields import entry_expert_count
 from phases.add_moe_model.measured_tree import check_measured
-from phases.add_moe_model.records import Numerics, Probe, Synthetic
+from phases.add_moe_model.records import CommitRecord, Numerics, Preflight, Probe, Results, Synthetic
 from phases.add_moe_model.workspace import EXP
 
 PRE_COMMIT_CONFIG = ".pre-commit-config.yaml"
@@ -44,7 +44,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if lint["status"] == "FAIL":
         return PhaseResult(outcome="needs_agent", summary="pre-commit failed on the changed files", data={"lint": lint},
                            issues=(Issue(code="pre_commit_failed", message=lint["output_tail"], fix_location=EXP),))
-    caveat = summary_caveat(ctx.results)
+    caveat = summary_caveat(Results.model_validate(ctx.results))
     if not ctx.answers.get("commit") == "auto":
         return PhaseResult(outcome="passed",
                            summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never){caveat}",
@@ -54,8 +54,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if isinstance(commit, PhaseResult):
         return commit
     ctx.add_record("commit", commit)
-    return PhaseResult(outcome="passed", summary=f"committed {commit['hash'][:10]} on {commit['branch']} "
-                       f"({len(commit['files'])} file(s)){caveat}", data={"lint": lint, **commit, "committed": True})
+    return PhaseResult(outcome="passed", summary=f"committed {commit.hash[:10]} on {commit.branch} "
+                       f"({len(commit.files)} file(s)){caveat}",
+                       data={"lint": lint, **commit.model_dump(mode="json"), "committed": True})
 
 
 def run_pre_commit(ctx: PhaseContext, files: list[str]) -> dict[str, str]:
@@ -80,17 +81,18 @@ def message_values(ctx: PhaseContext) -> dict[str, object]:
     return {"model_name": ctx.options["model_id"].split("/")[-1].removeprefix("type:"),
             "hidden_size": entry.get("hidden_size", probe.hidden_size),
             "moe_intermediate_size": entry.get("moe_intermediate_size", probe.moe_intermediate_size),
-            "experts": experts, "kl": verdict.kl, "max_diff": verdict.max_diff, "caveats": caveat_lines(ctx.results)}
+            "experts": experts, "kl": verdict.kl, "max_diff": verdict.max_diff,
+            "caveats": caveat_lines(Results.model_validate(ctx.results))}
 
 
-def make_commit(ctx: PhaseContext, files: list[str], message: str) -> dict | PhaseResult:
+def make_commit(ctx: PhaseContext, files: list[str], message: str) -> CommitRecord | PhaseResult:
     repo = open_repo(ctx.target)
     if repo.head.is_detached:
         return PhaseResult(outcome="failed", summary="refusing to commit on a detached HEAD",
                            issues=(Issue(code="detached_head", message="HEAD is detached; check out the branch chosen "
                                          "in pre-flight", fix_location="git checkout BRANCH"),))
     branch = repo.active_branch.name
-    chosen = ctx.results.get("preflight", {}).get("branch")
+    chosen = ctx.result("preflight", Preflight).branch if "preflight" in ctx.results else None
     if chosen and chosen != branch:
         return PhaseResult(outcome="failed", summary=f"HEAD is on {branch}, pre-flight chose {chosen}",
                            issues=(Issue(code="wrong_branch", message=f"check out {chosen}",
@@ -98,4 +100,4 @@ def make_commit(ctx: PhaseContext, files: list[str], message: str) -> dict | Pha
     repo.git.add("--", *files)
     repo.git.commit("-m", message)
     head = repo.head.commit
-    return {"hash": head.hexsha, "branch": branch, "files": sorted(head.stats.files)}
+    return CommitRecord(hash=head.hexsha, branch=branch, files=tuple(sorted(head.stats.files)))

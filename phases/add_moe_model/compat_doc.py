@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.errors import UsageError
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.add_moe_model import markdown_doc as md
 from phases.add_moe_model.caveats import caveats, row_lines
 from phases.add_moe_model.measured_tree import DOC, check_measured
+from phases.add_moe_model.records import Results, TorchrunRow
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
     stale = check_measured(ctx, phase="compat_doc")
     if stale is not None:
         return stale
-    values = collect_values(ctx.results, model_id=ctx.options["model_id"])
+    values = collect_values(Results.model_validate(ctx.results), model_id=ctx.options["model_id"])
     path = ctx.target / DOC
     text = path.read_text() if path.is_file() else ctx.render("compat_doc_skeleton.md.j2")
     text = update_doc(text, values, render=ctx.render)
@@ -32,37 +34,42 @@ def run(ctx: PhaseContext) -> PhaseResult:
                        data={"path": DOC, "values": values})
 
 
-def collect_values(results: dict[str, Any], *, model_id: str) -> dict[str, Any]:
-    probe, verdict = results["probe"], results["numerics"]["verdict"]
-    parallel = results.get("parallelism", {})
-    rows = {r["config"]: r for r in parallel.get("rows", [])}
-    build = parallel.get("build_check", [])
-    core = [i for i in probe.get("issues", []) if i.get("severity") in ("core", "blocker")]
+def collect_values(results: Results, *, model_id: str) -> dict[str, Any]:
+    """The doc's values (JSON: they are also the phase's data) from the typed results of the run."""
+    probe, numerics = results.probe, results.numerics
+    if probe is None or numerics is None:
+        raise UsageError("compat_doc: the run has no probe or numerics result; those phases come first")
+    verdict = numerics.verdict
+    parallel = results.parallelism
+    rows = {r.config: r for r in (parallel.rows if parallel else ())}
+    build = parallel.build_check if parallel else ()
+    core = [i.model_dump(mode="json") for i in probe.issues if i.severity in ("core", "blocker")]
     return {
-        "name": model_id.split("/")[-1].removeprefix("type:"), "model_type": probe["model_type"],
-        "status": verdict["status"], "kl": verdict["kl"], "max_diff": verdict["max_diff"],
-        "cos_sim": verdict["cos_sim"], "roundtrip": verdict["roundtrip"]["status"],
+        "name": model_id.split("/")[-1].removeprefix("type:"), "model_type": probe.model_type,
+        "status": verdict.status, "kl": verdict.kl, "max_diff": verdict.max_diff,
+        "cos_sim": verdict.cos_sim, "roundtrip": verdict.roundtrip.status if verdict.roundtrip else None,
         "fsdp": " / ".join(row_verdict(rows.get(c)) for c in ("FSDP-1gpu", "FSDP")),
         "fsdp_ep": row_verdict(rows.get("FSDP+EP")),
         "torchrun": ", ".join(f"{config} {row_verdict(row)}" for config, row in rows.items()) or "not run",
         "caveats": caveats(results), "row_causes": row_lines(results),
-        "build_check": "/".join(f"{r['world_size']}:{r['status']}" for r in build) or "not run",
-        "unsupported_layouts": [f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r.get('error') or ''}".strip()
-                                for r in build if r["status"] == "UNSUPPORTED"],
-        "pretrained": results["numerics"].get("pretrained"),
-        "probe": probe, "core_issues": core, "gap_rows": results.get("gap_analysis", {}).get("rows", []),
-        "waived": [{"phase": phase, "code": code, "reason": reason} for phase, data in results.items()
-                   if isinstance(data, dict) for code, reason in data.get("waived", {}).items()],
+        "build_check": "/".join(f"{r.world_size}:{r.status}" for r in build) or "not run",
+        "unsupported_layouts": [f"world {r.world_size} (tp={r.tp}, ep={r.ep}): {r.error or ''}".strip()
+                                for r in build if r.status == "UNSUPPORTED"],
+        "pretrained": numerics.pretrained.model_dump(mode="json", exclude_unset=True) if numerics.pretrained else None,
+        "probe": probe.model_dump(mode="json", exclude_unset=True), "core_issues": core,
+        "gap_rows": [r.as_data() for r in results.gap_analysis.rows] if results.gap_analysis else [],
+        "waived": [{"phase": phase, "code": code, "reason": reason} for phase, codes in results.waived().items()
+                   for code, reason in codes.items()],
     }
 
 
-def row_verdict(row: dict[str, Any] | None) -> str:
+def row_verdict(row: TorchrunRow | None) -> str:
     """"PASS (1 GPU)", "FAIL (2 GPUs, torch)", "UNRUN (1 GPU)" or "not run"."""
     if row is None:
         return "not run"
-    gpus = f"{row['world_size']} GPU" + ("s" if row["world_size"] > 1 else "")
-    cause = ", torch" if row["status"] == "FAIL" and row["root_cause"].startswith("torch") else ""
-    return f"{row['status']} ({gpus}{cause})"
+    gpus = f"{row.world_size} GPU" + ("s" if row.world_size > 1 else "")
+    cause = ", torch" if row.status == "FAIL" and row.root_cause.startswith("torch") else ""
+    return f"{row.status} ({gpus}{cause})"
 
 
 def update_doc(text: str, values: dict[str, Any], *, render: Any) -> str:

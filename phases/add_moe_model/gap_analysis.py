@@ -57,17 +57,17 @@ def reconcile(ctx: PhaseContext) -> PhaseResult:
 def current_rows(ctx: PhaseContext) -> list[dict[str, Any]]:
     """The rows this attempt builds on (an interrupted attempt's rows stay in the trail, unused)."""
     attempt = rows_attempt(ctx)
-    return [r for r in ctx.state["records"].get("gap_row", []) if r.get("attempt") == attempt]
+    return [r.as_data() for r in ctx.records(GapRow) if r.attempt == attempt]
 
 
 def rows_attempt(ctx: PhaseContext) -> int:
     """The attempt whose rows stand: a re-run after a wait for the agent continues the rows whose patches are
     still applied (the agent's own patch row among them, recorded under that attempt); after an interruption
     ``reconcile`` has reverted them all and this attempt starts over."""
-    rows = ctx.state["records"].get("gap_row", [])
-    if any(r.get("attempt") == ctx.attempt for r in rows) or not ctx.state["open_patches"]:
+    rows = ctx.records(GapRow)
+    if any(r.attempt == ctx.attempt for r in rows) or not ctx.state["open_patches"]:
         return ctx.attempt
-    applied = [r["attempt"] for r in rows if r.get("patch_id") in ctx.state["open_patches"]]
+    applied = [r.attempt for r in rows if r.patch_id in ctx.state["open_patches"]]
     return max(applied, default=ctx.attempt)
 
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.phase_api import Issue
+from phases.add_moe_model.compat import CompatIssue
+from phases.add_moe_model.records import Probe
 
 WORKER_FIX = ("phases/add_moe_model/work/moe_blocks.py (probe_moe_params: the load-balance coefficient rule; "
               "convert_site_state_dict: the keys the adapter sees), the workflow's numerics worker")
 ADAPTER_FIX = "state_dict_adapter.py (_build_hf_to_titan_patterns / _build_titan_to_hf_patterns)"
 
 
-def check_load(r: Any, *, probe: dict[str, Any] | None) -> list[Issue]:
+def check_load(r: Any, *, probe: Probe | None) -> list[Issue]:
     """The findings for one verdict row's dropped keys (empty when everything loaded)."""
     ours = [k for k in r.load.unexpected if k in r.load.ours]
     rest = [k for k in r.load.unexpected if k not in ours]
@@ -48,10 +50,10 @@ def check_load(r: Any, *, probe: dict[str, Any] | None) -> list[Issue]:
     return issues
 
 
-def placeless_issue(model_type: str, keys: list[str], core: list[tuple[dict[str, Any], list[str]]], *,
+def placeless_issue(model_type: str, keys: list[str], core: list[tuple[CompatIssue, list[str]]], *,
                     said: str) -> Issue:
-    codes = ", ".join(issue["code"] for issue, _ in core)
-    fixes = "; ".join(issue.get("fix_location", "") for issue, _ in core)
+    codes = ", ".join(issue.code for issue, _ in core)
+    fixes = "; ".join(issue.fix_location for issue, _ in core)
     return Issue(code="titan_lacks_converted_keys", message=(
         f"{model_type}: Titan's MoE has no place for HF's {keys}; the probe found why ({codes}: outside the "
         f"experiment folder) and a person let the run go on, so the verdict measures Titan without them ({said})"),
@@ -59,27 +61,27 @@ def placeless_issue(model_type: str, keys: list[str], core: list[tuple[dict[str,
                      "--reason TEXT`, or abort")
 
 
-def core_findings(keys: list[str], probe: dict[str, Any] | None) -> list[tuple[dict[str, Any], list[str]]]:
+def core_findings(keys: list[str], probe: Probe | None) -> list[tuple[CompatIssue, list[str]]]:
     """Each probe core/blocker finding with the dropped keys whose last name it quotes (e.g. 'scale')."""
     found = []
-    for issue in (probe or {}).get("issues", []):
-        if issue.get("severity") not in ("core", "blocker"):
+    for issue in probe.issues if probe else ():
+        if issue.severity not in ("core", "blocker"):
             continue
-        named = [k for k in keys if f"'{k.rsplit('.', 1)[-1]}'" in issue.get("message", "")]
+        named = [k for k in keys if f"'{k.rsplit('.', 1)[-1]}'" in issue.message]
         if named:
             found.append((issue, named))
     return found
 
 
-def probe_said(probe: dict[str, Any] | None) -> str:
+def probe_said(probe: Probe | None) -> str:
     """"probe: strict load PASS" or "probe: strict load FAIL (unexpected [...], missing [...])"."""
-    if not probe or "strict_load" not in probe:
+    if probe is None or probe.strict_load is None:
         return "no probe result to compare with"
-    detail = probe.get("strict_load_detail") or {}
-    if probe["strict_load"] == "PASS":
+    if probe.strict_load == "PASS":
         return "probe: strict load PASS"
-    return (f"probe: strict load {probe['strict_load']} (unexpected {detail.get('unexpected', [])}, "
-            f"missing {detail.get('missing', [])})")
+    detail = probe.strict_load_detail
+    return (f"probe: strict load {probe.strict_load} (unexpected {detail.unexpected if detail else []}, "
+            f"missing {detail.missing if detail else []})")
 
 
 def agreement(said: str) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.git import blob_hash, changed_paths
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.add_moe_model.records import Numerics, Remeasure
 from phases.add_moe_model.workspace import EXP
 
 KEY = "measured_tree"
@@ -49,16 +50,16 @@ def describe_changes(measured: dict[str, str | None], now: dict[str, str | None]
 
 def check_measured(ctx: PhaseContext, *, phase: str) -> PhaseResult | None:
     """None when the folder is what numerics measured; else the result that sends the run back to numerics."""
-    measured = (ctx.results.get("numerics") or {}).get(KEY)
+    measured = ctx.result("numerics", Numerics).measured_tree if "numerics" in ctx.results else None
     now = snapshot_experiment(ctx.target, ctx.base["commit"])
     if measured == now:
         return None
     changes = (describe_changes(measured, now) if measured is not None
                else ["numerics recorded no snapshot of the experiment folder (a run from before it did)"])
-    trips = len(ctx.state["records"].get(RECORD, []))
+    trips = len(ctx.records(Remeasure))
     if trips >= MAX_TRIPS:
         return keeps_changing(phase, changes, trips=trips)
-    ctx.add_record(RECORD, {"phase": phase, "changes": changes, "measured": measured, "now": now})
+    ctx.add_record(RECORD, Remeasure(phase=phase, changes=tuple(changes), measured=measured, now=now))
     summary = (f"{phase}: the experiment folder changed since numerics measured it: {'; '.join(changes)}. Not "
                f"{'committed' if phase == 'commit' else 'documented'}: the run goes back to numerics, which measures "
                f"the edited folder and leads on through parallelism to {phase} again (`advance` does it; revert an "

@@ -38,6 +38,7 @@ from phases.add_moe_model.error_triage import NOT_THE_AGENTS, OURS, triage_error
 from phases.add_moe_model.load_findings import check_load
 from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
+from phases.add_moe_model.records import Probe, Synthetic
 from phases.add_moe_model.work.numerics import CompareRequest
 from phases.add_moe_model.workers import NUMERICS, SEED
 from phases.add_moe_model.tier_text import firmness_line, flip_text, reaches, split_text, tier_text
@@ -79,7 +80,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     """Compare, write numerics.json + numerics.txt, record metrics, route on the bf16 verdict."""
     from phases.add_moe_model.work.numerics import CompareResult
 
-    entry = resolve_synthetic_entry(ctx.results)
+    entry = resolve_synthetic_entry(ctx.result("synthetic_config", Synthetic) if "synthetic_config" in ctx.results
+                                    else None)
     if isinstance(entry, Issue):  # the workflow's ordering, not the target: an error of ours
         return PhaseResult(outcome="failed", summary=entry.message, issues=(entry,))
     shortfall = memory_shortfall(entry) if ctx.options.get("device", "auto") != "cuda" else None
@@ -94,7 +96,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.write_artifact("numerics.txt", ctx.render("numerics_table.txt.j2", table=build_table(results)))
     for result in results:
         record_metrics(ctx, result)
-    result = pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results, probe=ctx.results.get("probe"))))
+    probe = ctx.result("probe", Probe) if "probe" in ctx.results else None
+    result = pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results, probe=probe)))
     return with_snapshot(result, measured)
 
 
@@ -111,10 +114,10 @@ def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
     return ctx.call(NUMERICS, {**request, "dtypes": [VERDICT_DTYPE]}, label="numerics verdict only").model_dump()
 
 
-def resolve_synthetic_entry(results: dict[str, dict[str, Any]]) -> dict[str, Any] | Issue:
+def resolve_synthetic_entry(synthetic: Synthetic | None) -> dict[str, Any] | Issue:
     """The Phase 2 entry (config kwargs with model_type), or an Issue naming what is missing."""
-    entry = results.get("synthetic_config", {}).get("entry")
-    if not isinstance(entry, dict) or "model_type" not in entry:
+    entry = synthetic.entry if synthetic else None
+    if entry is None or "model_type" not in entry:
         return Issue(
             code="synthetic_config_missing",
             message="numerics: no synthetic entry with a model_type in results['synthetic_config']['entry']",
@@ -174,7 +177,7 @@ def record_metrics(ctx: PhaseContext, result: Any) -> None:
                                labels={"model_type": result.model_type, "dtype": result.dtype, "role": role})
 
 
-def decide(results: list[Any], *, probe: dict[str, Any] | None = None) -> PhaseResult:
+def decide(results: list[Any], *, probe: Probe | None = None) -> PhaseResult:
     """Route on the bf16 result; the fp32 diagnostic never changes the outcome.
 
     ``probe`` is the probe phase's report: a finding about dropped keys quotes its strict-load verdict.

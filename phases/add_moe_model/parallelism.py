@@ -35,7 +35,7 @@ from phases.add_moe_model.parallel_matrix import (
 )
 from phases.add_moe_model.parallel_jobs import WAITING, job_row, waiting_summary
 from phases.add_moe_model.error_triage import NOT_THE_AGENTS, frame_file, in_experiment
-from phases.add_moe_model.records import Synthetic
+from phases.add_moe_model.records import Parallelism, Synthetic, TorchrunRow
 from phases.add_moe_model.workers import ASSETS, BUILD_CHECK
 
 SKILL_FEEDBACK = (
@@ -73,7 +73,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     record_skill_feedback(ctx)
     ngpu, fsdp = assets["cuda_devices"], assets["fsdp"]
     python = ctx.options.get("python") or sys.executable
-    handed = handed_back_rows(ctx.state)
+    handed = handed_back_rows(ctx)
     rows = [handed.get(row.config) or settle_row(ctx, row, paths, python=python, ngpu=ngpu, fsdp=fsdp)
             for row in matrix(ngpu)]
     ctx.write_artifact("parallelism.json", json.dumps({"gpus": ngpu, "fsdp": fsdp, "rows": rows}, indent=2) + "\n")
@@ -88,10 +88,10 @@ def run(ctx: PhaseContext) -> PhaseResult:
 def rows_asked_about(ctx: PhaseContext) -> dict[str, Any] | None:
     """The last attempt's data, when a human has just accepted its unrun rows and the target has not changed
     since: answering the question needs no second build check nor second pass over the rows."""
-    last = ctx.results.get("parallelism") or {}
-    if ctx.answers.get(QUESTION_KEY) != "accept" or not last.get("rows") or "tree" not in last:
+    last = ctx.result("parallelism", Parallelism) if "parallelism" in ctx.results else None
+    if ctx.answers.get(QUESTION_KEY) != "accept" or last is None or not last.rows or last.tree is None:
         return None
-    return last if last["tree"] == tree_state(ctx.target) else None
+    return last.model_dump(mode="json", exclude_unset=True) if last.tree == tree_state(ctx.target) else None
 
 
 def tree_state(target: Path) -> dict[str, Any]:
@@ -160,9 +160,9 @@ def run_row(ctx: PhaseContext, row: Row, command: list[str], *, fsdp: dict[str, 
                         target=Path(ctx.target))
 
 
-def handed_back_rows(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The latest handed-back record of each config (``take_results`` wrote them)."""
-    return {r["config"]: r for r in state.get("records", {}).get(ROW_KIND, [])}
+def handed_back_rows(ctx: PhaseContext) -> dict[str, dict[str, Any]]:
+    """The latest handed-back record of each config (``take_results`` wrote them), as the rows' dicts."""
+    return {r.config: r.model_dump(mode="json", exclude_unset=True) for r in ctx.records(TorchrunRow)}
 
 
 def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
@@ -256,21 +256,23 @@ def shell_words(command: list[str]) -> str:
 
 def take_results(state: dict[str, Any], directory: Path) -> HandBack:
     """``resume --results DIR``: the job script's ``<slug>.log`` / ``<slug>.rc`` pairs become rows."""
-    latest = state["results"].get("parallelism") or {}
-    previous = {r["config"]: r for r in latest.get("rows", [])}
+    from phases.add_moe_model.workflow import WORKFLOW  # NOTE: the table imports this module
+
+    latest = WORKFLOW.result_in(state, "parallelism")
+    previous = {r.config: r for r in (latest.rows if latest else ())}
     if not previous:
         raise UsageError("the parallelism phase has no rows yet; advance the run first")
     artifacts, records = {}, []
     for config, before in previous.items():
-        slug = Row(config=config, world_size=before["world_size"]).slug
+        slug = Row(config=config, world_size=before.world_size).slug
         log_path, rc_path = directory / f"{slug}.log", directory / f"{slug}.rc"
         if not (log_path.is_file() and rc_path.is_file()):
             continue
         returncode = parse_returncode(rc_path)
         log = log_path.read_text(errors="replace")
         name = f"parallelism/handed_back/{slug}.log"
-        row = Row(config=config, world_size=before["world_size"], tp=before["tp"], ep=before["ep"])
-        record = row_from_run(row, command=before["command"], returncode=returncode, log=log, log_name=name,
+        row = Row(config=config, world_size=before.world_size, tp=before.tp, ep=before.ep)
+        record = row_from_run(row, command=before.command, returncode=returncode, log=log, log_name=name,
                               fsdp=None, target=Path(state["target"]) if state.get("target") else None)
         artifacts[name] = log
         records.append((ROW_KIND, {**record, "source": f"handed back from {directory}"}))

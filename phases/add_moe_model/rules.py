@@ -23,14 +23,17 @@ def preflight_answered(state: dict[str, Any]) -> list[str]:
 
 
 def probe_clean(state: dict[str, Any]) -> list[str]:
-    report = state["results"].get("probe", {})
+    from phases.add_moe_model.workflow import WORKFLOW  # NOTE: the table imports this module
+
+    report = WORKFLOW.result_in(state, "probe")
+    if report is None:
+        return ["the probe has not run"]
     waived = waived_codes(state, "probe")
     reasons = []
     roundtrip_waived = {"roundtrip_failed", "roundtrip_values_unchecked", "state_dict_check_failed"} & set(waived)
-    if report.get("state_dict_roundtrip") != "PASS" and not roundtrip_waived:
-        reasons.append(f"state-dict round trip is {report.get('state_dict_roundtrip')}")
-    fixable = [i["code"] for i in report.get("issues", [])
-               if i.get("severity") == "fixable" and i["code"] not in waived]
+    if report.state_dict_roundtrip != "PASS" and not roundtrip_waived:
+        reasons.append(f"state-dict round trip is {report.state_dict_roundtrip}")
+    fixable = [i.code for i in report.issues if i.severity == "fixable" and i.code not in waived]
     if fixable:
         reasons.append(f"fixable probe issues remain: {', '.join(fixable)}")
     return reasons

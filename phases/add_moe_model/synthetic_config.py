@@ -15,7 +15,7 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.add_moe_model.compat import EXP
 from phases.add_moe_model.config_entry import ConfigEntryError, check_only_model_configs_changed, upsert_model_config
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
-from phases.add_moe_model.records import Probe
+from phases.add_moe_model.records import NeEntryWritten, Probe
 from phases.add_moe_model.workers import SYNTHETIC
 
 CONFIG_KEYS = "phases/add_moe_model/work/config_fields.py"
@@ -66,5 +66,5 @@ def write_entry(ctx: PhaseContext, entry: dict) -> tuple[str, list[str]]:
     problems = check_only_model_configs_changed(before, after, model_type=entry["model_type"])
     if not problems:
         script.write_text(after)
-        ctx.add_record("ne_entry_written", {"path": NE_PATH, "model_type": entry["model_type"]})
+        ctx.add_record("ne_entry_written", NeEntryWritten(path=NE_PATH, model_type=entry["model_type"]))
     return NE_PATH, problems

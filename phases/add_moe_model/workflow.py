@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.ledger import patch_row
 from orchestrator.workflow import PhaseSpec, Workflow
 from phases.add_moe_model import rules
-from phases.add_moe_model.records import GapRow, Numerics, Probe, Synthetic
+from phases.add_moe_model.parallelism import ROW_KIND
+from phases.add_moe_model.records import (CommitRecord, GapAnalysis, GapRow, NeEntryWritten, Numerics, Parallelism,
+                                          Preflight, Probe, Remeasure, Synthetic, TorchrunRow, TreeScriptRecord)
+from phases.add_moe_model.work.pretrained import PretrainedResult
 from phases.add_moe_model.start import prepare
 from phases.add_moe_model.workspace import EXP
 
@@ -80,7 +83,8 @@ WORKFLOW = Workflow(
     description="Add a Hugging Face MoE model to torchtitan's transformers modeling backend",
     templates="add_moe_model",
     phases=(
-        PhaseSpec(name="preflight", module="phases.add_moe_model.preflight", title="branch and commit choice"),
+        PhaseSpec(name="preflight", module="phases.add_moe_model.preflight", title="branch and commit choice",
+                  returns=Preflight),
         PhaseSpec(name="probe", module="phases.add_moe_model.probe", title="compatibility probe (meta device)",
                   gates=("preflight_answered",), allowed_paths=(EXP,), agent_notes=NOTES["probe"], returns=Probe),
         PhaseSpec(name="synthetic_config", module="phases.add_moe_model.synthetic_config",
@@ -90,10 +94,11 @@ WORKFLOW = Workflow(
                   routes={"pass": "parallelism", "gap": "gap_analysis"}, allowed_paths=(EXP,),
                   agent_notes=NOTES["numerics"], returns=Numerics),
         PhaseSpec(name="gap_analysis", module="phases.add_moe_model.gap_analysis",
-                  title="numerical gap analysis (temporary core patches)", agent_notes=NOTES["gap_analysis"]),
+                  title="numerical gap analysis (temporary core patches)", agent_notes=NOTES["gap_analysis"],
+                  returns=GapAnalysis),
         PhaseSpec(name="parallelism", module="phases.add_moe_model.parallelism", title="parallelism checks",
                   gates=("no_open_patches",), allowed_paths=(EXP,), agent_notes=NOTES["parallelism"],
-                  results="phases.add_moe_model.parallelism:take_results"),
+                  results="phases.add_moe_model.parallelism:take_results", returns=Parallelism),
         PhaseSpec(name="compat_doc", module="phases.add_moe_model.compat_doc", title="MODEL_COMPATIBILITY.md",
                   gates=("no_open_patches",), routes=REMEASURE),
         PhaseSpec(name="commit", module="phases.add_moe_model.commit", title="lint and commit",
@@ -110,7 +115,9 @@ WORKFLOW = Workflow(
            "parallelism_rows_accounted": rules.parallelism_rows_accounted},
     scope=(EXP,),
     frozen=rules.FROZEN,
-    records={"gap_row": GapRow},
+    records={"gap_row": GapRow, "commit": CommitRecord, "ne_entry_written": NeEntryWritten,
+             "tree_script_verdict": TreeScriptRecord, "pretrained_verdict": PretrainedResult, "remeasure": Remeasure,
+             ROW_KIND: TorchrunRow},
     submissions={"patch": patch_row("gap_analysis", check="phases.add_moe_model.gap_analysis:take_patch")},
     human_options=("branch", "commit", "unrun_rows"),
 )

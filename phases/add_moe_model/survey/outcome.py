@@ -16,6 +16,7 @@ the phase fails with a code that makes it a finding for a human.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from phases.add_moe_model import fixability_numerics
 from phases.add_moe_model.fixability import clearable_note
+from phases.add_moe_model.records import Numerics, Parallelism, Results
 from phases.add_moe_model.tier_text import tier_text
 from phases.add_moe_model.work.error_origin import plumbing_failure
 from phases.add_moe_model.workspace import EXP
@@ -52,16 +54,17 @@ class SurveyRow(BaseModel):
 def row_from_run(model_type: str, model: str, state: dict[str, Any], run_dir: Path, *,
                  warm_root: str | None = None) -> SurveyRow:
     """Classify a run that stopped (done, waiting or failed); ``warm_root`` is the warm worker's checkout."""
-    numerics = numerics_summary(state.get("results", {}))
+    results = Results.model_validate(state.get("results", {}))
+    numerics = numerics_summary(results.numerics)
     base = dict(model_type=model_type, model=model, run_id=state["run_id"], numerics=numerics)
     if state["status"] == "done":
-        return SurveyRow(**base, **_verdict(state, numerics))
-    if waits_only_for_gpu_rows(state):
-        unrun = [r for r in state["results"]["parallelism"]["rows"] if r["status"] == "UNRUN"]
-        why = "; ".join(sorted({r["error"] for r in unrun}))
-        pending = (f"torchrun rows unrun here ({', '.join(r['config'] for r in unrun)}: {why}); the run waits for "
+        return SurveyRow(**base, **_verdict(results, numerics))
+    if waits_only_for_gpu_rows(state, results.parallelism):
+        unrun = [r for r in results.parallelism.rows if r.status == "UNRUN"]
+        why = "; ".join(sorted({r.error for r in unrun}))
+        pending = (f"torchrun rows unrun here ({', '.join(r.config for r in unrun)}: {why}); the run waits for "
                    f"their logs (`orchestrator resume {state['run_id']} --results DIR`) or a human's unrun_rows=accept")
-        return SurveyRow(**base, **_verdict(state, numerics, pending=pending))
+        return SurveyRow(**base, **_verdict(results, numerics, pending=pending))
     if state["status"] == "waiting":
         agent = state.get("awaiting") != "human"
         reasons = [_issue_line(i) + (_promise(i) if agent else "") for i in state.get("issues", [])]
@@ -80,27 +83,26 @@ def _promise(issue: dict[str, Any]) -> str:
     return fixability_numerics.promise(issue["code"])
 
 
-def waits_only_for_gpu_rows(state: dict[str, Any]) -> bool:
+def waits_only_for_gpu_rows(state: dict[str, Any], parallelism: Parallelism | None) -> bool:
     """Waiting at parallelism only for torchrun rows this machine cannot run, the build check all PASS."""
     keys = {q["key"] for q in state.get("pending", [])}
-    build = state.get("results", {}).get("parallelism", {}).get("build_check", [])
+    build = parallelism.build_check if parallelism else ()
     return (state["status"] == "waiting" and state.get("phase") == "parallelism" and keys == {"unrun_rows"}
-            and bool(build) and all(r["status"] == "PASS" for r in build))
+            and bool(build) and all(r.status == "PASS" for r in build))
 
 
-def _verdict(state: dict[str, Any], numerics: dict[str, Any] | None, *, pending: str = "") -> dict[str, Any]:
+def _verdict(results: Results, numerics: dict[str, Any] | None, *, pending: str = "") -> dict[str, Any]:
     """The row of a run whose every check that can run here has run (done, or waiting for GPU rows)."""
-    results = state.get("results", {})
     if numerics and numerics.get("tier") == "FAIL":
-        gap = results.get("gap_analysis", {}).get("rows", [])
-        found = [f"gap analysis: {r['label']} -> max_diff {r['max_diff']:.2e} ({r['description']})"
-                 for r in gap if isinstance(r.get("max_diff"), (int, float))]
+        gap = results.gap_analysis.rows if results.gap_analysis else ()
+        found = [f"gap analysis: {r.label} -> max_diff {r.max_diff:.2e} ({r.description})"
+                 for r in gap if r.max_diff is not None and math.isfinite(r.max_diff)]
         spread = f" (one-ulp spread {numerics['spread']:.2e})" if numerics.get("spread") is not None else ""
         return {"outcome": "fail", "reasons": [f"numerics {numerics['tier_shown']} KL={numerics['kl']:.2e}{spread}",
                                                *found, *([pending] if pending else [])]}
-    build = results.get("parallelism", {}).get("build_check", [])
+    build = results.parallelism.build_check if results.parallelism else ()
     line = (f"numerics {numerics['tier_shown'] if numerics else '?'}; parallelism build check "
-            f"{sum(r['status'] == 'PASS' for r in build)}/{len(build)} PASS")
+            f"{sum(r.status == 'PASS' for r in build)}/{len(build)} PASS")
     return {"outcome": "clean", "reasons": [line, *([pending] if pending else [])]}
 
 
@@ -202,16 +204,15 @@ def _issue_line(issue: dict[str, Any]) -> str:
     return f"{issue['code']}: {issue['message']}{where}"
 
 
-def numerics_summary(results: dict[str, Any]) -> dict[str, Any] | None:
+def numerics_summary(numerics: Numerics | None) -> dict[str, Any] | None:
     """The bf16 verdict with its firmness, and the fp32 diagnostic's KL, from the numerics phase."""
-    numerics = results.get("numerics") or {}
-    verdict = numerics.get("verdict")
-    if not verdict:
+    if numerics is None:
         return None
-    fp32 = next((r for r in numerics.get("results", []) if r.get("dtype") == "float32"), {})
-    firm = verdict.get("firmness") or {}
-    tier = verdict["status"]
-    return {"tier": tier, "tier_shown": tier_text(tier, firm), "kl": verdict.get("kl"),
-            "kl_fp64": firm.get("kl_fp64"), "spread": firm.get("spread"), "cos_sim": verdict.get("cos_sim"),
-            "max_diff": verdict.get("max_diff"), "fp32_kl": fp32.get("kl"), "error": verdict.get("error"),
+    verdict = numerics.verdict
+    fp32 = next((r for r in numerics.results if r.dtype == "float32"), None)
+    firm = verdict.firmness or {}
+    tier = verdict.status
+    return {"tier": tier, "tier_shown": tier_text(tier, firm), "kl": verdict.kl,
+            "kl_fp64": firm.get("kl_fp64"), "spread": firm.get("spread"), "cos_sim": verdict.cos_sim,
+            "max_diff": verdict.max_diff, "fp32_kl": fp32.kl if fp32 else None, "error": verdict.error,
             "other_kernel": firm.get("other_kernel"), "kl_other_kernel": firm.get("kl_other_kernel")}
