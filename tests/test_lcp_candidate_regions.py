@@ -75,8 +75,12 @@ def test_the_offer_is_shown_before_submitting(target):
     assert "Exactly these are enabled" in described and "nothing is enabled by default" in described
     ctx = submit_ctx(target)
     ctx.target, ctx.run_id = target, "run-1"
-    ctx.results = {"rank": {"ranked": [], "dropped": [], "tokens": 256,
-                           "stop": {"stop": False, "reason": "open", "threshold": 0.01}}}
+    bandwidth = {"tbs": 1.0, "nbytes": 1, "copies": 1, "seconds": 1.0, "warmup": 1, "kind": "hbm", "label": "x"}
+    ctx.results = {"rank": {"ranked": [], "dropped": [], "tokens": 256, "layer_ms": 10.0, "unregioned_ms": 0.0,
+                            "eager_glue_ms": 0.0, "stop": {"stop": False, "reason": "open", "threshold": 0.01,
+                                                            "caveat": ""}},
+                   "ideal_times": {"bandwidth": bandwidth, "tokens": 256, "rows": [], "regions_found": []}}
+    ctx.result = lambda phase, model: model.model_validate(ctx.results[phase])
     waiting = wait_for_agent(ctx)
     assert waiting.outcome == "needs_agent" and "swiglu" in waiting.data["regions_not_enabled"]
     assert "router" not in waiting.data["regions_not_enabled"]

@@ -20,6 +20,7 @@ from phases.local_compile_perf.rewrite_deltas import (
     prefix_regions,
 )
 from phases.local_compile_perf.stack import add_detached_worktree
+from phases.local_compile_perf.workflow import WORKFLOW
 from tests.conftest import ROOT, call_handle
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -54,6 +55,9 @@ class Ctx:
 
     def add_record(self, kind: str, record: dict) -> None:
         self.state["records"].setdefault(kind, []).append(record)
+
+    def records(self, model: Any) -> list[Any]:
+        return WORKFLOW.records_in(self.state, model)
 
     def record_measurement(self, *args: Any, **kwargs: Any) -> None:
         self.measurements.append((args, kwargs))
@@ -102,7 +106,8 @@ def test_deltas_are_measured_recorded_and_rendered(embedded_workspace, tmp_path,
     (second,) = steps[2]["per_tokens"]
     assert second["glue_delta_ms"] == second["glue_ms"] - steps[1]["per_tokens"][0]["glue_ms"]
     assert not list((tmp_path / "scratch" / "worktrees").glob("deltas-*/prefix-*"))
-    assert measure_rewrite_deltas(ctx, plan, entry) is record  # measured once per entry
+    assert measure_rewrite_deltas(ctx, plan, entry) == record  # measured once per entry: read back typed
+    assert len(ctx.state["records"]["rewrite_deltas"]) == 1
     text = render_template("local_compile_perf", "findings.md.j2", s=findings_summary(record))
     assert "Each rewrite of stack/1-combined on its own" in text
     assert f"| +2 | {steps[2]['rewrite']} |" in text

@@ -327,12 +327,21 @@ def test_rank_sees_glue_outside_every_region_and_the_stop_rule_says_what_it_saw(
     from phases.local_compile_perf.rank import stop_caveat, unregioned_row
 
     eager = _cell("eager", wall=100.0, kernel=200.0, glue=120.0, families={})
-    outside, glue = unregioned_row(eager, [{"measured_ms": 20.0}, {"measured_ms": 10.0}])
+    outside, glue = unregioned_row(eager, [_glue_row("a", measured=20.0), _glue_row("b", measured=10.0)])
     assert glue == 60.0 and outside == 30.0  # the glue is scaled to the wall: the profiled step ran 2x longer
     caveat = stop_caveat(1024, outside, glue, cuda=False)
     assert "30.000 ms of 60.000 ms" in caveat and "an estimate" in caveat and "indicative" in caveat
-    covered, _ = unregioned_row(eager, [{"measured_ms": 70.0}])
+    covered, _ = unregioned_row(eager, [_glue_row("a", measured=70.0)])
     assert covered < 0 and "none outside is seen" in stop_caveat(1024, covered, glue, cuda=True)
+
+
+def _glue_row(op, *, measured=1.0, region=""):
+    """An ideal-times row (ideal_times.build_gap_rows) of one glue op."""
+    from phases.local_compile_perf.results import GlueRow
+
+    return GlueRow(op=op, region=region or op.split("#")[0], calls_per_step=1, shapes=(), fwd_ms=measured, bwd_ms=0.0,
+                   measured_ms=measured, ideal_ms=0.1, gap_ms=measured - 0.1, bytes=1024, eager_bytes=2048,
+                   best_known_ms=None, best_known="not measured (no best-known data)")
 
 
 def _ranked_op(op, *, measured, ideal, layer=410.0):
@@ -349,14 +358,20 @@ def _waiting_pick_fix(tmp_path, *, ranked, dropped, stack_regions):
 
     repo = make_repo(tmp_path / "target", {"README": "no regions here\n"})
     tip = repo.head.commit.hexsha
-    stop = {"stop": not ranked, "threshold": 0.01, "reason": "next candidate ... at or above 1.0%" if ranked else
-            "no candidate gains >= 1.0% of the 410.000 ms layer"}
-    rank = {"layer_ms": 410.0, "tokens": 1024, "ranked": ranked, "dropped": dropped, "stop": stop}
-    rows = [{"op": r["op"], "region": r["op"].split("#")[0]} for r in ranked]
+    from phases.local_compile_perf.results import IdealTimes, Rank
+
+    stop = {"stop": not ranked, "threshold": 0.01, "caveat": "", "reason": "next candidate ... at or above 1.0%"
+            if ranked else "no candidate gains >= 1.0% of the 410.000 ms layer"}
+    rank = Rank.model_validate({"layer_ms": 410.0, "tokens": 1024, "ranked": ranked, "dropped": dropped,
+                                "unregioned_ms": 0.0, "eager_glue_ms": 0.0, "stop": stop})
+    bandwidth = {"tbs": 1.0, "nbytes": 1, "copies": 1, "seconds": 1.0, "warmup": 1, "kind": "hbm", "label": "x"}
+    ideal = IdealTimes(bandwidth=bandwidth, tokens=1024, rows=tuple(_glue_row(r["op"]) for r in ranked),
+                       regions_found=())
     entries = [{"branch": f"stack/{n}", "commit": tip, "regions": regions} for n, regions in enumerate(stack_regions)]
     state = {"records": {"stack_entry": entries}, "base": {"commit": tip}}
-    ctx = SimpleNamespace(results={"rank": rank, "ideal_times": {"rows": rows}}, run_id="r1",
-                          target=tmp_path / "target", state=state)
+    results = {"rank": rank, "ideal_times": ideal}
+    ctx = SimpleNamespace(results=results, result=lambda phase, model: model.model_validate(results[phase]),
+                          run_id="r1", target=tmp_path / "target", state=state)
     return wait_for_agent(ctx)
 
 
@@ -376,8 +391,11 @@ def test_pick_fix_counts_what_rank_recorded_and_says_the_stop_rule_now(tmp_path)
     both = _waiting_pick_fix(tmp_path / "d", ranked=ranked, dropped=[], stack_regions=[["rms_norm"], ["swiglu"]])
     assert "stop rule holds after 2 stack entries: the stack's regions take every ranked op" in both.summary
     assert both.data["stop_now"]["stop"] is True and both.data["stop"]["stop"] is False  # rank's own record kept
+    from phases.local_compile_perf.results import Rank
     from phases.local_compile_perf.stop_state import ranking_line
 
     flagged = {**_ranked_op("router", measured=1.0, ideal=0.9), "kept_because": "removes a host sync"}
-    line = ranking_line({"ranked": [flagged], "dropped": [], "tokens": 64, "stop": {"threshold": 0.01}})
+    line = ranking_line(Rank.model_validate({"ranked": [flagged], "dropped": [], "tokens": 64, "layer_ms": 410.0,
+                                             "unregioned_ms": 0.0, "eager_glue_ms": 0.0,
+                                             "stop": {"stop": False, "reason": "", "threshold": 0.01, "caveat": ""}}))
     assert "1 above the 1.0% cut (1 of them kept under it: router removes a host sync), 0 dropped" in line

@@ -23,6 +23,7 @@ from orchestrator.errors import UsageError
 from orchestrator.phase_api import PhaseContext, PhaseResult, Worker
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
+from phases.local_compile_perf.results import CandidateVerdict
 
 A = TypeVar("A")
 PICK_PHASE = "pick_fix"
@@ -65,13 +66,13 @@ def reject(ctx: PhaseContext, cand: Candidate, reason: str, *, numbers: dict[str
 
     kept_as = f"rejected/{cand.prepared.name}" if cand.prepared else None
     kept = release_candidate(ctx.target, cand.prepared, keep_as=kept_as) if cand.prepared else None
-    record = {"id": cand.id, "branch": cand.branch, "label": cand.label, "verdict": "rejected",
-              "phase": ctx.phase, "reason": reason, "numbers": numbers or {}, "kept_branch": kept and kept_as}
-    ctx.add_record("candidate_verdict", record)
+    verdict = CandidateVerdict(id=cand.id, branch=cand.branch, label=cand.label, verdict="rejected", phase=ctx.phase,
+                               reason=reason, numbers=numbers or {}, kept_branch=kept and kept_as)
+    ctx.add_record("candidate_verdict", verdict)
     log(ctx, f"dead end: candidate {cand.label!r} ({cand.branch}) rejected at {ctx.phase}: {reason}",
         kind="dead_end")
     return PhaseResult(outcome="passed", summary=f"{ctx.phase}: rejected {cand.label!r}: {reason}",
-                       data={"verdict": record}, route="rejected")
+                       data={"verdict": verdict.model_dump(mode="json")}, route="rejected")
 
 
 class CandidateArgs(BaseModel):

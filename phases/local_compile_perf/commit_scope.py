@@ -14,6 +14,7 @@ from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.candidates import current, reject
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.results import CandidateVerdict, Correctness, GraphBudget, ScreenConfirm, StackEntry
 from phases.local_compile_perf.stack import (
     CandidateRefused, check_scope, commit_stack_entry, enable_in_recipe, release_candidate, stack_entries, stack_tip,
 )
@@ -42,17 +43,19 @@ def run(ctx: PhaseContext) -> PhaseResult:
     position = len(stack_entries(ctx.state)) + 1
     entry = commit_stack_entry(ctx.target, prepared, previous=previous, position=position, label=cand.label)
     release_candidate(ctx.target, prepared, keep_as=None)
-    confirm = ctx.results["screen_confirm"]
-    record = {"position": position, **entry, "label": cand.label, "candidate": cand.id, "source_branch": cand.branch,
-              "regions": regions, "stack_regions_before": list(prepared.stack_regions), "recipe_edit": recipe_edit,
-              **scope, "timing": timing_kind(ctx), "judged": confirm["judged"], "replay": confirm["replay"],
-              "confirm_rows": confirm["rows"],
-              "correctness": ctx.results["correctness"]["comparisons"], "graphs": ctx.results["graph_budget"]["graphs"]}
-    ctx.add_record("stack_entry", record)
-    ctx.add_record("candidate_verdict", {
-        "id": cand.id, "branch": cand.branch, "label": cand.label, "verdict": "validated", "phase": ctx.phase,
-        "reason": confirm["ruling"]["reason"], "numbers": {"judged": confirm["judged"]},
-        "kept_branch": entry["branch"]})
+    confirm = ctx.result("screen_confirm", ScreenConfirm)
+    stacked = StackEntry(
+        position=position, **entry, label=cand.label, candidate=cand.id, source_branch=cand.branch,
+        regions=tuple(regions), stack_regions_before=prepared.stack_regions, recipe_edit=recipe_edit, **scope,
+        timing=timing_kind(ctx), judged=confirm.judged, replay=confirm.replay, confirm_rows=confirm.rows,
+        correctness=ctx.result("correctness", Correctness).comparisons,
+        graphs=ctx.result("graph_budget", GraphBudget).graphs)
+    ctx.add_record("stack_entry", stacked)
+    ctx.add_record("candidate_verdict", CandidateVerdict(
+        id=cand.id, branch=cand.branch, label=cand.label, verdict="validated", phase=ctx.phase,
+        reason=confirm.ruling.reason, numbers={"judged": [j.model_dump(mode="json") for j in confirm.judged]},
+        kept_branch=entry["branch"]))
+    record = stacked.model_dump(mode="json")
     log(ctx, f"committed {cand.label!r} as {entry['branch']} ({entry['commit'][:10]} on {previous[:10]}, linear "
              f"{entry['linear']}); regions {regions} enabled in {recipe_edit or 'the branch itself'}; "
              f"reaching recipes: {scope['reaching_recipes'] or ['none found']}", kind="decision")

@@ -28,6 +28,7 @@ from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.candidates import current, in_checkout, reject
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan, TpEpVerdict
+from phases.local_compile_perf.results import ScreenConfirm
 from phases.local_compile_perf.tp_ep import check_tp_ep, summary
 from phases.local_compile_perf.work.candidate_checks import CaptureRequest, CorrectnessRequest, SaveCaptureRequest
 from phases.local_compile_perf.workers import CAPTURE, COMPARE
@@ -74,7 +75,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
         ctx.add_record("tp_ep_build_check", tp_ep.model_dump(mode="json"))
         log(ctx, f"{summary(tp_ep)} ({cand.label!r})", kind="measurement")
     # NOTE: its confirmed timing stays with the rejection: a fast but wrong rewrite is worth knowing.
-    confirmed = ctx.results.get("screen_confirm", {}).get("judged", [])
+    confirmed = [j.model_dump() for j in ctx.result("screen_confirm", ScreenConfirm).judged]
     if failed:
         worst = failed[0]
         return reject(ctx, cand, f"{worst['label']}: {worst['worst']} rel L2 {worst['worst_rel_l2']:.3g} > tol "

@@ -18,6 +18,7 @@ from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.pr_lint import lint_pr_text
 from phases.local_compile_perf.records import Baselines, Plan
+from phases.local_compile_perf.results import CandidateVerdict, IdealTimes, PrDecision
 from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas
 from phases.local_compile_perf.skill_feedback import collect_feedback
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
@@ -55,13 +56,13 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     """Everything the findings doc and the PR texts cite, from the trail (and the stack code's measurement)."""
     plan, entries = ctx.result("plan", Plan), stack_entries(ctx.state)
     baselines = ctx.result("baselines", Baselines).rows
-    bandwidth = ctx.results["ideal_times"]["bandwidth"]
-    stack_code = measure_stack_code(ctx, plan, entries[-1]["commit"], bandwidth["tbs"]) if entries else None
+    bandwidth = ctx.result("ideal_times", IdealTimes).bandwidth
+    stack_code = measure_stack_code(ctx, plan, entries[-1]["commit"], bandwidth.tbs) if entries else None
     deltas = [d for e in entries if (d := measure_rewrite_deltas(ctx, plan, e))]
     per_tokens = side_by_side(stack_code)
     context = [{"tokens": t, **{v: (c.cited if (c := measured(baselines, v, t)) else None)
                                 for v in ("eager", "upstream", "per_layer")}} for t in plan.tokens]
-    rejected = [v for v in ctx.state["records"].get("candidate_verdict", []) if v["verdict"] == "rejected"]
+    rejected = [v.model_dump(mode="json") for v in ctx.records(CandidateVerdict) if v.verdict == "rejected"]
     limits = [v for v in rejected if v["phase"] == "graph_budget"
               and (v["numbers"].get("limit_hit") or not v["numbers"])]
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
@@ -100,7 +101,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
                                                prompt="Open the stack as draft PRs (you open them; the engine never "
                                                       "does), or not at all?"),))
     answer = ctx.answers["open_prs"]
-    ctx.add_record("pr_decision", {"open_prs": answer, "stack": [e["branch"] for e in summary["entries"]]})
+    ctx.add_record("pr_decision", PrDecision(open_prs=answer, stack=tuple(e["branch"] for e in summary["entries"])))
     log(ctx, f"PR decision recorded: {answer} (the engine opens nothing)", kind="decision")
     return PhaseResult(outcome="passed", summary=f"findings: PR decision {answer}",
                        data={"open_prs": answer, "stack": [e["branch"] for e in summary["entries"]],

@@ -8,13 +8,14 @@ apply is rejected at once. Answering ``candidates=done`` moves on to the finding
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.candidates import pending_submission, reject, verdicts
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 from phases.local_compile_perf.region_offer import not_enabled
+from phases.local_compile_perf.results import GlueRow, IdealTimes, Rank
 from phases.local_compile_perf.stack import (
     CandidateRefused, prepare_candidate, stack_entries, stack_tip, worktree_root,
 )
@@ -37,17 +38,15 @@ def run(ctx: PhaseContext) -> PhaseResult:
 
 
 def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
-    rank = ctx.results["rank"]
+    rank, ideal_rows = ctx.result("rank", Rank), ctx.result("ideal_times", IdealTimes).rows
     run_id = ctx.run_id
-    now = stop_rule_now(rank, ideal_rows=ctx.results.get("ideal_times", {}).get("rows", []),
-                        entries=stack_entries(ctx.state))
+    now = stop_rule_now(rank, ideal_rows=ideal_rows, entries=stack_entries(ctx.state))
     summary = (f"pick a fix: {ranking_line(rank)}; {stop_line(now)}; "
                f"make a branch with the commit_branch tool and submit it (tool submit, kind candidate; "
                f"CLI `orchestrator candidate {run_id} --branch B --label TEXT`)")
-    message = "; ".join(f"{r['op']}: gap {r['gap_ms']:.3f} ms, score {r['score_ms']:.3f} ms"
-                        for r in rank["ranked"][:5])
+    message = "; ".join(f"{r.op}: gap {r.gap_ms:.3f} ms, score {r.score_ms:.3f} ms" for r in rank.ranked[:5])
     idle = not_enabled(ctx.target, stack_tip(ctx.state))
-    offers = best_known_offers(ctx.results.get("ideal_times", {}).get("rows", []))
+    offers = best_known_offers(ideal_rows)
     issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
                   message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
                           f"{message or 'none above the threshold'}; stop rule: {now.reason}; "
@@ -57,16 +56,17 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
                           f"{'; '.join(offers) or 'none measured'}")
     question = Question(key="candidates", prompt="Is the stack complete? Answer done to write the stack and "
                         "findings; otherwise submit another candidate branch.", choices=("done",), human_only=False)
-    data = {"ranked": rank["ranked"], "stop": rank["stop"], "stop_now": now.as_data(),
+    data = {"ranked": [r.model_dump(mode="json") for r in rank.ranked], "stop": rank.stop.model_dump(mode="json"),
+            "stop_now": now.as_data(),
             "stack": stack_entries(ctx.state), "verdicts": verdicts(ctx.state), "regions_not_enabled": idle,
             "best_known_offers": offers}
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
 
 
-def best_known_offers(rows: list[dict[str, Any]]) -> list[str]:
+def best_known_offers(rows: Sequence[GlueRow]) -> list[str]:
     """The ideal-times rows whose best-known kernel beat the op as measured there (eager, same arguments)."""
-    return [f"{r['op']}: {r['best_known']} {r['best_known_ms']:.4f} ms/step against {r['measured_ms']:.4f} eager"
-            for r in rows if r.get("best_known_ms") is not None and r["best_known_ms"] < r["measured_ms"]]
+    return [f"{r.op}: {r.best_known} {r.best_known_ms:.4f} ms/step against {r.measured_ms:.4f} eager"
+            for r in rows if r.best_known_ms is not None and r.best_known_ms < r.measured_ms]
 
 
 def take_submission(ctx: PhaseContext, submission: dict[str, Any]) -> PhaseResult:

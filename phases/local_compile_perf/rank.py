@@ -8,11 +8,14 @@ evaluated on the top remaining candidate.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.results import GlueRow, IdealTimes
 
 
 def layer_ms_at(ctx: PhaseContext, tokens: int) -> float:
@@ -31,10 +34,10 @@ def eager_glue_on_wall(row: Cell) -> float:
     return glue * min(1.0, wall / kernel) if kernel else glue
 
 
-def unregioned_row(eager: Cell, region_rows: list[dict]) -> tuple[float, float]:
+def unregioned_row(eager: Cell, region_rows: Sequence[GlueRow]) -> tuple[float, float]:
     """(glue no declared region takes, eager glue per step): the eager glue minus the regions' ops timed alone."""
     glue = eager_glue_on_wall(eager)
-    return glue - sum(r["measured_ms"] for r in region_rows), glue
+    return glue - sum(r.measured_ms for r in region_rows), glue
 
 
 def stop_caveat(tokens: int, outside: float, glue: float, *, cuda: bool) -> str:
@@ -50,13 +53,12 @@ def run(ctx: PhaseContext) -> PhaseResult:
     from phases.kit.rank import evaluate_stop_rule, rank_candidates
     from phases.kit.records import RankItem
 
-    ideal = ctx.results["ideal_times"]
+    ideal = ctx.result("ideal_times", IdealTimes)
     threshold = ctx.result("plan", Plan).stop_threshold
-    layer = layer_ms_at(ctx, ideal["tokens"])
-    rows = [RankItem(name=r["op"], measured_ms=r["measured_ms"], ideal_ms=r["ideal_ms"], layer_ms=layer)
-            for r in ideal["rows"]]
-    outside, glue = unregioned_row(measured(ctx.result("baselines", Baselines).rows, "eager", ideal["tokens"]),
-                                   ideal["rows"])
+    layer = layer_ms_at(ctx, ideal.tokens)
+    rows = [RankItem(name=r.op, measured_ms=r.measured_ms, ideal_ms=r.ideal_ms, layer_ms=layer) for r in ideal.rows]
+    outside, glue = unregioned_row(measured(ctx.result("baselines", Baselines).rows, "eager", ideal.tokens),
+                                   ideal.rows)
     if outside > 0:
         rows.append(RankItem(name=UNREGIONED, measured_ms=outside, ideal_ms=0.0, layer_ms=layer))
     ranked = rank_candidates(rows, threshold=threshold)
@@ -68,13 +70,13 @@ def run(ctx: PhaseContext) -> PhaseResult:
     for k in items:
         if k["score_ms"] != k["score_ms"]:  # NaN would poison the ranking
             raise ValueError(f"rank: NaN score for {k['op']}")
-    caveat = stop_caveat(ideal["tokens"], outside, glue, cuda=ctx.result("plan", Plan).device.startswith("cuda"))
+    caveat = stop_caveat(ideal.tokens, outside, glue, cuda=ctx.result("plan", Plan).device.startswith("cuda"))
     reason = f"{stop.reason} (caveat: {caveat})" if stop.stop else stop.reason
-    data = {"layer_ms": layer, "tokens": ideal["tokens"], "ranked": items, "dropped": dropped,
+    data = {"layer_ms": layer, "tokens": ideal.tokens, "ranked": items, "dropped": dropped,
             "unregioned_ms": outside, "eager_glue_ms": glue,
             "stop": {"stop": stop.stop, "reason": reason, "threshold": stop.threshold, "caveat": caveat}}
     ctx.write_artifact("ranked.md", ctx.render("ranked.md.j2", rank=data))
-    log(ctx, f"ranked {len(items)} glue op(s) on a {layer:.3f} ms layer at {ideal['tokens']} tokens "
+    log(ctx, f"ranked {len(items)} glue op(s) on a {layer:.3f} ms layer at {ideal.tokens} tokens "
              f"(dropped under {threshold:.0%}: {', '.join(dropped) or 'none'}); stop rule: {stop.reason}",
         kind="decision")
     top = f", top {items[0]['op']} ({items[0]['score_ms']:.3f} ms)" if items else ""

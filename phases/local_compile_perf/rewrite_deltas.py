@@ -22,6 +22,7 @@ import git
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
 from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.results import RewriteDeltas
 from phases.local_compile_perf.region_offer import declared_at
 from phases.local_compile_perf.stack import add_detached_worktree, remove_worktree
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
@@ -70,9 +71,9 @@ def prefix_regions(path: Path, entry: dict[str, Any], *, base: bool) -> tuple[st
 
 def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any]) -> dict[str, Any] | None:
     """The ``rewrite_deltas`` record of ``entry`` (None when it holds one commit or fewer)."""
-    done = [r for r in ctx.state["records"].get("rewrite_deltas", []) if r["commit"] == entry["commit"]]
+    done = [r for r in ctx.records(RewriteDeltas) if r.commit == entry["commit"]]
     if done:
-        return done[-1]
+        return done[-1].model_dump(mode="json")
     if len(entry_commits(ctx.target, entry)) < 2:
         return None
     root = ctx.scratch_dir / "worktrees" / f"deltas-{entry['commit'][:10]}"

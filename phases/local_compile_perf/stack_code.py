@@ -22,6 +22,7 @@ from phases.kit.ideal import ideal_ms
 from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
 from phases.local_compile_perf.records import Cell, Plan
+from phases.local_compile_perf.results import StackCode
 from phases.local_compile_perf.stack import add_detached_worktree, recipe_regions, remove_worktree
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
@@ -39,9 +40,9 @@ TREES = (("upstream_main", "main", "upstream"), ("per_layer_main", "main", "per_
 
 def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: float) -> dict[str, Any]:
     """The ``stack_code`` record of ``tip`` (measured now unless recorded already)."""
-    done = [r for r in ctx.state["records"].get("stack_code", []) if r["commit"] == tip]
+    done = [r for r in ctx.records(StackCode) if r.commit == tip]
     if done:
-        return done[-1]
+        return done[-1].model_dump(mode="json")
     path = add_detached_worktree(ctx.target, tip, ctx.scratch_dir / "worktrees" / f"stack-code-{tip[:10]}")
     try:
         checkouts = {"main": str(ctx.target), "stack": str(path)}

@@ -12,7 +12,9 @@ as taken, and the rank phase's own decision stays in its record.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
+
+from phases.local_compile_perf.results import GlueRow, Rank, RankedOp
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,47 +44,45 @@ def _plural(count: int, one: str, many: str) -> str:
     return f"{count} {one if count == 1 else many}"
 
 
-def resolve_op_regions(rank: dict[str, Any], ideal_rows: list[dict[str, Any]]) -> dict[str, str]:
+def resolve_op_regions(rank: Rank, ideal_rows: Sequence[GlueRow]) -> dict[str, str]:
     """op -> region of every ranked op (from the ideal-times rows; the glue outside every region has none)."""
-    regions = {row["op"]: row["region"] for row in ideal_rows if row.get("region")}
-    return {item["op"]: item.get("region") or regions.get(item["op"], "") for item in rank["ranked"]}
+    regions = {row.op: row.region for row in ideal_rows if row.region}
+    return {item.op: regions.get(item.op, "") for item in rank.ranked}
 
 
-def stop_rule_now(rank: dict[str, Any], *, ideal_rows: list[dict[str, Any]],
-                  entries: list[dict[str, Any]]) -> StopNow:
+def stop_rule_now(rank: Rank, *, ideal_rows: Sequence[GlueRow], entries: list[dict[str, Any]]) -> StopNow:
     """The rank phase's decision before any stack entry; after one, the kit's rule on the ops still open."""
     from phases.kit.rank import evaluate_stop_rule
 
     enabled = {region for entry in entries for region in entry.get("regions", ())}
     of = resolve_op_regions(rank, ideal_rows)
-    taken = tuple(item["op"] for item in rank["ranked"] if of[item["op"]] in enabled)
-    still = [item for item in rank["ranked"] if item["op"] not in taken]
+    taken = tuple(item.op for item in rank.ranked if of[item.op] in enabled)
+    still = [item for item in rank.ranked if item.op not in taken]
     if not entries:
-        stop, reason = bool(rank["stop"]["stop"]), rank["stop"]["reason"]
+        stop, reason = rank.stop.stop, rank.stop.reason
     else:
-        decision = evaluate_stop_rule([_as_ranked(item, rank["layer_ms"]) for item in still], rank["layer_ms"],
-                                      threshold=rank["stop"]["threshold"])
+        decision = evaluate_stop_rule([_as_ranked(item, rank.layer_ms) for item in still], rank.layer_ms,
+                                      threshold=rank.stop.threshold)
         stop, reason = decision.stop, decision.reason
-    return StopNow(stop=stop, reason=reason, open_ops=tuple(item["op"] for item in still), taken_ops=taken,
+    return StopNow(stop=stop, reason=reason, open_ops=tuple(item.op for item in still), taken_ops=taken,
                    entries=len(entries))
 
 
-def _as_ranked(item: dict[str, Any], layer_ms: float) -> Any:
+def _as_ranked(item: RankedOp, layer_ms: float) -> Any:
     from phases.kit.records import RankItem, Ranked
 
-    candidate = RankItem(name=item["op"], measured_ms=item["measured_ms"], ideal_ms=item["ideal_ms"],
-                          layer_ms=layer_ms)
-    return Ranked(candidate=candidate, share_of_layer=item["share_pct"] / 100, score_ms=item["score_ms"],
-                  gain_share=item["gain_pct"] / 100, kept_because=item["kept_because"])
+    candidate = RankItem(name=item.op, measured_ms=item.measured_ms, ideal_ms=item.ideal_ms, layer_ms=layer_ms)
+    return Ranked(candidate=candidate, share_of_layer=item.share_pct / 100, score_ms=item.score_ms,
+                  gain_share=item.gain_pct / 100, kept_because=item.kept_because)
 
 
-def ranking_line(rank: dict[str, Any]) -> str:
+def ranking_line(rank: Rank) -> str:
     """What the rank phase recorded: every op it ranked, those above the cut and those dropped under it."""
-    kept, dropped = len(rank["ranked"]), len(rank["dropped"])
-    flagged = [f"{r['op']} {r['kept_because']}" for r in rank["ranked"] if r["kept_because"]]
+    kept, dropped = len(rank.ranked), len(rank.dropped)
+    flagged = [f"{r.op} {r.kept_because}" for r in rank.ranked if r.kept_because]
     under = f" ({len(flagged)} of them kept under it: {', '.join(flagged)})" if flagged else ""
-    return (f"rank recorded {kept + dropped} op(s) at {rank['tokens']} tokens: {kept} above the "
-            f"{rank['stop']['threshold']:.1%} cut{under}, {dropped} dropped under it")
+    return (f"rank recorded {kept + dropped} op(s) at {rank.tokens} tokens: {kept} above the "
+            f"{rank.stop.threshold:.1%} cut{under}, {dropped} dropped under it")
 
 
 def stop_line(now: StopNow) -> str:

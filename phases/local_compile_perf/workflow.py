@@ -7,7 +7,10 @@ from typing import Any
 from orchestrator.workflow import PhaseSpec, Submission, Workflow
 from phases.local_compile_perf.candidates import PICK_PHASE, CandidateArgs
 from phases.local_compile_perf.devlog import render_devlog
-from phases.local_compile_perf.records import Baselines, Plan, TpEpVerdict
+from phases.local_compile_perf.records import Baselines, Candidate, Plan, TpEpVerdict
+from phases.local_compile_perf.results import (CandidateVerdict, Correctness, CorrectnessRecord, GraphBudget,
+                                               GraphCount, IdealTimes, PickFix, PrDecision, Rank, RewriteDeltas,
+                                               ScreenConfirm, StackCode, StackEntry)
 from phases.local_compile_perf.start import LcpOptions, prepare
 from phases.local_compile_perf.rules import RULES
 
@@ -21,17 +24,17 @@ def phase(name: str, **spec: Any) -> PhaseSpec:
 
 
 def candidate_pending(state: dict[str, Any]) -> list[str]:
-    cand = state["results"].get("pick_fix", {}).get("candidate")
-    ruled = {v["id"] for v in state["records"].get("candidate_verdict", [])}
-    if not cand or cand["id"] in ruled:
+    picked = WORKFLOW.result_in(state, PICK_PHASE)
+    ruled = {v.id for v in WORKFLOW.records_in(state, CandidateVerdict)}
+    if picked is None or picked.candidate is None or picked.candidate.id in ruled:
         return ["no candidate under test: submit one (tool submit, kind candidate; "
                 "CLI `orchestrator candidate RUN --branch B --label L`)"]
     return []
 
 
 def baselines_measured(state: dict[str, Any]) -> list[str]:
-    rows = state["results"].get("baselines", {}).get("rows", [])
-    trees = {r["variant"] for r in rows if r["status"] == "measured"}
+    baselines = WORKFLOW.result_in(state, "baselines")
+    trees = {r.variant for r in (baselines.rows if baselines else ()) if r.status == "measured"}
     missing = {"eager", "per_layer"} - trees
     return [f"baselines lack measured {sorted(missing)} rows"] if missing else []
 
@@ -46,11 +49,12 @@ WORKFLOW = Workflow(
         phase("baselines", title="traps, then eager / upstream / per-layer", returns=Baselines,
               timeout_s=3600, agent_notes="3+ token counts, both launch modes, median of 3 fresh processes."),
         phase("ideal_times", title="bandwidth and glue-op ideal times",
-              gates=("baselines_measured",)),
+              gates=("baselines_measured",), returns=IdealTimes),
         phase("profile_diff", title="kernel families and diff"),
-        phase("rank", title="(measured - ideal) x share, stop rule"),
+        phase("rank", title="(measured - ideal) x share, stop rule", returns=Rank),
         phase("pick_fix", title="wait for the agent's candidate branch",
               routes={"finish": "findings", "rejected": "pick_fix"}, allowed_paths=("examples/", "torchtitan/"),
+              returns=PickFix,
               agent_notes="Write the rewrite on a new branch (cheapest fix first: enable, resize, rewrite, "
                           "option, autograd.Function); with the tools: edit_file, then commit_branch, then submit kind "
                           "candidate {branch, label} (CLI: `orchestrator candidate RUN --branch B --label L`). "
@@ -58,11 +62,11 @@ WORKFLOW = Workflow(
                           "cannot reach its ideal time, add a note `blocker: <region>: what blocks it` (the kernel, "
                           "the bytes, the compiler limit): the findings carry it."),
         phase("graph_budget", title="graphs over all shapes + no_grad",
-              gates=("candidate_pending",), routes=BACK),
+              gates=("candidate_pending",), routes=BACK, returns=GraphBudget),
         phase("screen_confirm", title="screen, then 3 fresh processes",
-              timeout_s=3600, routes=BACK),
+              timeout_s=3600, routes=BACK, returns=ScreenConfirm),
         phase("correctness", title="outputs and grads vs eager and fp64",
-              routes=BACK),
+              routes=BACK, returns=Correctness),
         phase("commit_scope", title="stack branch, scope, reaching recipes",
               routes={**BACK, "loop": "pick_fix"}),
         phase("findings", title="stack code measured, findings doc, PR texts, ask about PRs", timeout_s=3600),
@@ -72,7 +76,9 @@ WORKFLOW = Workflow(
     prepare=prepare,
     gates={"candidate_pending": candidate_pending, "baselines_measured": baselines_measured},
     rules=RULES,
-    records={"tp_ep_build_check": TpEpVerdict},
+    records={"tp_ep_build_check": TpEpVerdict, "candidate_submitted": Candidate, "candidate_verdict": CandidateVerdict,
+             "graph_count": GraphCount, "correctness": CorrectnessRecord, "stack_entry": StackEntry,
+             "stack_code": StackCode, "rewrite_deltas": RewriteDeltas, "pr_decision": PrDecision},
     after_phase=(render_devlog,),
     submissions={"candidate": Submission(phase=PICK_PHASE, args=CandidateArgs, noun="candidates",
                                          check=f"{PACKAGE}.candidates:accept_candidate")},
