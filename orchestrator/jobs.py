@@ -19,11 +19,43 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from orchestrator import cluster, job_files
 
 JOB = "job"
+
+
+class JobRecord(BaseModel):
+    """One stage of a cluster job, a ``job`` record; ``jobs_of`` merges a key's stages into the job.
+
+    The fields set depend on the stage (see the module docstring), hence the optional ones: ``intent``
+    sets base, results_dir, gpus and submitted_at; ``submitted`` the job id (``recovered`` when found
+    again by key); ``ended`` state, reason, source and at times exit_code and relaunched; ``lost`` error.
+    A workflow that submits jobs declares this model for the kind in its table.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str
+    """``<base>-a<attempt>``: the job's name in SLURM."""
+    stage: Literal["intent", "submitted", "ended", "lost"]
+    base: str | None = None
+    results_dir: str | None = None
+    gpus: int | None = None
+    submitted_at: str | None = None
+    job_id: str | None = None
+    recovered: bool | None = None
+    state: str | None = None
+    """SLURM's end state (COMPLETED, FAILED, TIMEOUT, ...) or GONE."""
+    reason: str | None = None
+    source: str | None = None
+    """Where the end was read: squeue, sacct, the job's own file, or "none"."""
+    exit_code: str | None = None
+    relaunched: str | None = None
+    error: str | None = None
 
 
 def jobs_of(state: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -111,6 +111,17 @@ class PatchArgs(BaseModel):
     """Short label saying what the patch tests (names its row in the table), e.g. "skip grouped_mm"."""
 
 
+class PatchRefused(BaseModel):
+    """A ``patch_refused`` record: a submitted patch the engine did not apply, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    label: str
+    reason: str
+    """The refusal's message (outside the workflow's scope, does not apply, ...)."""
+    tool_call_id: str | None = None
+    """The agent's tool call that submitted it (None from the CLI)."""
+
+
 def patch_row(phase: str, *, check: str) -> Submission:
     """The workflow's one declaration of temporary patches: its ``patch`` submission row.
 
@@ -132,7 +143,7 @@ def accept_patch(ctx: Any, args: PatchArgs, tool_call_id: str | None) -> dict[st
         return apply_in_context(ctx, diff=args.diff, label=args.label,
                                 scope=load_workflow(ctx.state["workflow"]).scope)
     except UsageError as exc:
-        ctx.add_record("patch_refused", {"label": args.label, "reason": exc.message, "tool_call_id": tool_call_id})
+        ctx.add_record("patch_refused", PatchRefused(label=args.label, reason=exc.message, tool_call_id=tool_call_id))
         raise
 
 

@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.ledger import patch_row
+from orchestrator.jobs import JOB, JobRecord
+from orchestrator.ledger import PatchRefused, patch_row
 from orchestrator.workflow import PhaseSpec, Workflow
 from phases.add_moe_model import rules
 from phases.add_moe_model.parallelism import ROW_KIND
@@ -117,7 +118,7 @@ WORKFLOW = Workflow(
     frozen=rules.FROZEN,
     records={"gap_row": GapRow, "commit": CommitRecord, "ne_entry_written": NeEntryWritten,
              "tree_script_verdict": TreeScriptRecord, "pretrained_verdict": PretrainedResult, "remeasure": Remeasure,
-             ROW_KIND: TorchrunRow},
+             ROW_KIND: TorchrunRow, "patch_refused": PatchRefused, JOB: JobRecord},
     submissions={"patch": patch_row("gap_analysis", check="phases.add_moe_model.gap_analysis:take_patch")},
     human_options=("branch", "commit", "unrun_rows"),
 )
