@@ -17,6 +17,7 @@ import pytest
 from orchestrator.errors import UsageError
 from phases.local_compile_perf.candidates import CandidateArgs, accept_candidate
 from phases.local_compile_perf.pick_fix import wait_for_agent
+from phases.local_compile_perf.records import Candidate
 from phases.local_compile_perf.region_offer import offered
 from phases.local_compile_perf.stack import prepare_candidate
 from phases.local_compile_perf.workflow import WORKFLOW
@@ -63,7 +64,8 @@ def test_a_candidate_naming_none_runs_with_the_stack_regions_only(target, tmp_pa
     ctx = submit_ctx(target)
     submit(ctx, regions="none")
     (submission,) = ctx.state["records"]["candidate_submitted"]
-    prepared = prepare_candidate(target, state=ctx.state, submission=submission, root=tmp_path / "wt")
+    prepared = prepare_candidate(target, state=ctx.state, submission=Candidate.model_validate(submission),
+                                 root=tmp_path / "wt")
     assert "examples/moe_layer/experts.py" in prepared.files
     assert prepared.candidate_regions == () and prepared.regions_source == "none named"
     assert prepared.tree_regions == ["router"]

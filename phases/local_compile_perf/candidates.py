@@ -31,18 +31,24 @@ IN_CHECKOUT = "phases.local_compile_perf.work.checkout:run_in_checkout"
 """Worker that runs another worker inside a candidate's or the stack's checkout."""
 
 
-def submissions(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(state["records"].get("candidate_submitted", []))
+def submissions(state: dict[str, Any]) -> list[Candidate]:
+    """Every ``candidate_submitted`` record (a submission: a candidate not yet prepared), oldest first."""
+    from phases.local_compile_perf.workflow import WORKFLOW  # NOTE: the table imports this module
+
+    return WORKFLOW.records_in(state, Candidate)
 
 
-def verdicts(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(state["records"].get("candidate_verdict", []))
+def verdicts(state: dict[str, Any]) -> list[CandidateVerdict]:
+    """Every ``candidate_verdict`` record, oldest first."""
+    from phases.local_compile_perf.workflow import WORKFLOW
+
+    return WORKFLOW.records_in(state, CandidateVerdict)
 
 
-def pending_submission(state: dict[str, Any]) -> dict[str, Any] | None:
+def pending_submission(state: dict[str, Any]) -> Candidate | None:
     """The oldest submission without a verdict, or None."""
-    ruled = {v["id"] for v in verdicts(state)}
-    return next((s for s in submissions(state) if s["id"] not in ruled), None)
+    ruled = {v.id for v in verdicts(state)}
+    return next((s for s in submissions(state) if s.id not in ruled), None)
 
 
 def in_checkout(checkout: str, worker: Worker[Any, A], request: BaseModel) -> tuple[Worker[Any, A], BaseModel]:

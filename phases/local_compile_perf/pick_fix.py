@@ -57,8 +57,8 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     question = Question(key="candidates", prompt="Is the stack complete? Answer done to write the stack and "
                         "findings; otherwise submit another candidate branch.", choices=("done",), human_only=False)
     data = {"ranked": [r.model_dump(mode="json") for r in rank.ranked], "stop": rank.stop.model_dump(mode="json"),
-            "stop_now": now.as_data(),
-            "stack": stack_entries(ctx.state), "verdicts": verdicts(ctx.state), "regions_not_enabled": idle,
+            "stop_now": now.as_data(), "stack": stack_entries(ctx.state),
+            "verdicts": [v.model_dump(mode="json") for v in verdicts(ctx.state)], "regions_not_enabled": idle,
             "best_known_offers": offers}
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
 
@@ -69,10 +69,9 @@ def best_known_offers(rows: Sequence[GlueRow]) -> list[str]:
             for r in rows if r.best_known_ms is not None and r.best_known_ms < r.measured_ms]
 
 
-def take_submission(ctx: PhaseContext, submission: dict[str, Any]) -> PhaseResult:
-    candidate = Candidate(**submission)
+def take_submission(ctx: PhaseContext, candidate: Candidate) -> PhaseResult:
     try:
-        prepared = prepare_candidate(ctx.target, state=ctx.state, submission=submission, root=worktree_root(ctx))
+        prepared = prepare_candidate(ctx.target, state=ctx.state, submission=candidate, root=worktree_root(ctx))
     except CandidateRefused as exc:
         return reject(ctx, candidate, str(exc))
     candidate = candidate.model_copy(update={"prepared": prepared})

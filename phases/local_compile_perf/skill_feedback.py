@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.records import Baselines
+from phases.local_compile_perf.results import CandidateVerdict, CorrectnessRecord
 
 
 def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
     """Proposed additions to the skill, each {kind, text, repro}."""
-    records = ctx.state["records"]
     items = [{"kind": "agent note", "text": n["text"], "repro": ""}
              for n in ctx.notes() if n["kind"] == "skill_feedback" and n["actor"] != "engine"]
-    for verdict in records.get("candidate_verdict", []):
-        if verdict["phase"] == "graph_budget":
-            items.append({"kind": "compile limit" if not verdict["numbers"] or verdict["numbers"].get("limit_hit")
-                          else "graph budget", "text": f"{verdict['label']}: {verdict['reason']}",
-                          "repro": f"orchestrator candidate {ctx.run_id} --branch {verdict['branch']} --label ..."})
-    downcasts = sorted({d for c in records.get("correctness", []) for d in c["reference_downcasts"]})
+    for verdict in ctx.records(CandidateVerdict):
+        if verdict.phase == "graph_budget":
+            items.append({"kind": "compile limit" if not verdict.numbers or verdict.numbers.get("limit_hit")
+                          else "graph budget", "text": f"{verdict.label}: {verdict.reason}",
+                          "repro": f"orchestrator candidate {ctx.run_id} --branch {verdict.branch} --label ..."})
+    downcasts = sorted({d for c in ctx.records(CorrectnessRecord) for d in c.reference_downcasts})
     if downcasts:
         items.append({"kind": "edge case", "repro": "",
                       "text": f"the fp64 reference is partly fp32 when the model upcasts with .float(): "

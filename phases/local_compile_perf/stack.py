@@ -21,7 +21,7 @@ import git
 
 from orchestrator.phase_api import PhaseContext
 from orchestrator.workspaces import commit_as_bot
-from phases.local_compile_perf.records import PreparedCandidate
+from phases.local_compile_perf.records import Candidate, PreparedCandidate
 from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, read_embedded_settings
 
 SHARED_DEFAULT_FILES = ("examples/moe_layer/local_compile.py", "torchtitan/distributed/local_compile.py",
@@ -58,19 +58,21 @@ def recipe_regions(checkout: Path) -> tuple[str, ...]:
     return ()
 
 
-def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[str, Any],
+def prepare_candidate(target: Path, *, state: dict[str, Any], submission: Candidate,
                       root: Path) -> PreparedCandidate:
     """Replay the submitted branch on the stack tip; two worktrees (tip, candidate). CandidateRefused if impossible."""
     repo = git.Repo(target)
-    branch, tip = submission["branch"], stack_tip(state)
+    from phases.local_compile_perf.candidates import verdicts
+
+    branch, tip = submission.branch, stack_tip(state)
     if branch not in {h.name for h in repo.heads}:
         raise CandidateRefused(f"branch {branch!r} does not exist in {target}")
     merge_base = repo.git.merge_base(branch, tip)
     commits = repo.git.rev_list("--reverse", f"{merge_base}..{branch}").split()
     if not commits:
         raise CandidateRefused(f"branch {branch!r} has no commits beyond the stack tip {tip[:10]}")
-    n = len(state["records"].get("candidate_verdict", [])) + 1
-    name = f"{n}-{slug(submission['label'])}"
+    n = len(verdicts(state)) + 1
+    name = f"{n}-{slug(submission.label)}"
     stack_dir, cand_dir = root / f"{name}-stack", root / f"{name}-candidate"
     _clean_worktree(repo, stack_dir)
     _clean_worktree(repo, cand_dir)
@@ -88,9 +90,9 @@ def prepare_candidate(target: Path, *, state: dict[str, Any], submission: dict[s
         raise CandidateRefused(f"branch {branch!r} does not apply on the stack tip {tip[:10]}: "
                                f"{str(exc).splitlines()[-1][:200]}") from None
     messages = [repo.commit(c).message.strip() for c in commits]
-    commit_as_bot(wt, f"{submission['label']}\n\n" + "\n\n".join(messages))
+    commit_as_bot(wt, f"{submission.label}\n\n" + "\n\n".join(messages))
     files = wt.git.diff("--name-only", tip, "HEAD").split()
-    regions = tuple(submission.get("regions") or ())
+    regions = tuple(submission.regions)
     return PreparedCandidate(
         n=n, name=name, tip=tip, commits=tuple(commits), wip_branch=f"wip/{name}", wip_commit=wt.head.commit.hexsha,
         stack_checkout=str(stack_dir), candidate_checkout=str(cand_dir), files=tuple(files), candidate_regions=regions,
