@@ -34,7 +34,8 @@ def target(embedded_workspace: Path, tmp_path: Path) -> Path:
 
 def submit_ctx(target: Path) -> SimpleNamespace:
     main = git.Repo(target).heads.main.commit.hexsha
-    state: dict[str, Any] = {"target": str(target), "base": {"commit": main}, "records": {}}
+    state: dict[str, Any] = {"workflow": "local-compile-perf", "target": str(target), "base": {"commit": main},
+                             "records": {}}
 
     def add_record(kind: str, record: dict[str, Any]) -> None:
         state["records"].setdefault(kind, []).append(record)

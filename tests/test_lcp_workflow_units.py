@@ -368,7 +368,7 @@ def _waiting_pick_fix(tmp_path, *, ranked, dropped, stack_regions):
     ideal = IdealTimes(bandwidth=bandwidth, tokens=1024, rows=tuple(_glue_row(r["op"]) for r in ranked),
                        regions_found=())
     entries = [{"branch": f"stack/{n}", "commit": tip, "regions": regions} for n, regions in enumerate(stack_regions)]
-    state = {"records": {"stack_entry": entries}, "base": {"commit": tip}}
+    state = {"workflow": "local-compile-perf", "records": {"stack_entry": entries}, "base": {"commit": tip}}
     results = {"rank": rank, "ideal_times": ideal}
     ctx = SimpleNamespace(results=results, result=lambda phase, model: model.model_validate(results[phase]),
                           run_id="r1", target=tmp_path / "target", state=state)

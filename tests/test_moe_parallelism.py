@@ -108,7 +108,8 @@ def handback_state(pending: bool) -> dict:
              "status": "UNRUN", "error": "needs GPUs", "root_cause": "", "log": None, "ran": False}
             for r in matrix(2)]
     data = {"rows": rows, "build_check": [], "gpus": 0, "fsdp": {"ok": False}, "torch_compat": {"applied": []}}
-    return {"results": {"parallelism": data}, "pending": [{"key": "unrun_rows"}] if pending else []}
+    return {"workflow": "add-moe-model", "results": {"parallelism": data},
+            "pending": [{"key": "unrun_rows"}] if pending else []}
 
 
 def test_handed_back_logs_become_rows(tmp_path: Path) -> None:
@@ -136,7 +137,7 @@ def test_unusable_hand_backs_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="expected the job's exit status"):
         take_results(handback_state(pending=True), tmp_path)
     with pytest.raises(UsageError, match="no rows yet"):
-        take_results({"results": {}, "pending": []}, tmp_path)
+        take_results({"workflow": "add-moe-model", "results": {}, "pending": []}, tmp_path)
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator.phase_api import HandBack, Issue, PhaseContext, PhaseResult, Question
+from orchestrator.workflow import load_workflow
 from phases.add_moe_model.parallel_matrix import (
     Row, TrainerPaths, base_record, matrix, row_from_run, torch_root_cause, trainer_command,
 )
@@ -256,9 +257,7 @@ def shell_words(command: list[str]) -> str:
 
 def take_results(state: dict[str, Any], directory: Path) -> HandBack:
     """``resume --results DIR``: the job script's ``<slug>.log`` / ``<slug>.rc`` pairs become rows."""
-    from phases.add_moe_model.workflow import WORKFLOW  # NOTE: the table imports this module
-
-    latest = WORKFLOW.result_in(state, "parallelism")
+    latest = load_workflow(state["workflow"]).result_in(state, "parallelism")
     previous = {r.config: r for r in (latest.rows if latest else ())}
     if not previous:
         raise UsageError("the parallelism phase has no rows yet; advance the run first")

@@ -11,7 +11,7 @@ from typing import Any
 
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.waivers import waived_codes
-from orchestrator.workflow import Violation
+from orchestrator.workflow import Violation, load_workflow
 from phases.add_moe_model.forbidden import check_files_for_forbidden_calls
 from phases.add_moe_model.workspace import EXP
 
@@ -23,9 +23,7 @@ def preflight_answered(state: dict[str, Any]) -> list[str]:
 
 
 def probe_clean(state: dict[str, Any]) -> list[str]:
-    from phases.add_moe_model.workflow import WORKFLOW  # NOTE: the table imports this module
-
-    report = WORKFLOW.result_in(state, "probe")
+    report = load_workflow(state["workflow"]).result_in(state, "probe")
     if report is None:
         return ["the probe has not run"]
     waived = waived_codes(state, "probe")

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from orchestrator.errors import UsageError
 from orchestrator.phase_api import PhaseContext, PhaseResult, Worker
+from orchestrator.workflow import load_workflow
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 from phases.local_compile_perf.results import CandidateVerdict
@@ -33,16 +34,12 @@ IN_CHECKOUT = "phases.local_compile_perf.work.checkout:run_in_checkout"
 
 def submissions(state: dict[str, Any]) -> list[Candidate]:
     """Every ``candidate_submitted`` record (a submission: a candidate not yet prepared), oldest first."""
-    from phases.local_compile_perf.workflow import WORKFLOW  # NOTE: the table imports this module
-
-    return WORKFLOW.records_in(state, Candidate)
+    return load_workflow(state["workflow"]).records_in(state, Candidate)
 
 
 def verdicts(state: dict[str, Any]) -> list[CandidateVerdict]:
     """Every ``candidate_verdict`` record, oldest first."""
-    from phases.local_compile_perf.workflow import WORKFLOW
-
-    return WORKFLOW.records_in(state, CandidateVerdict)
+    return load_workflow(state["workflow"]).records_in(state, CandidateVerdict)
 
 
 def pending_submission(state: dict[str, Any]) -> Candidate | None:

@@ -20,8 +20,10 @@ from typing import Any
 import git
 
 from orchestrator.phase_api import PhaseContext
+from orchestrator.workflow import load_workflow
 from orchestrator.workspaces import commit_as_bot
 from phases.local_compile_perf.records import Candidate, PreparedCandidate
+from phases.local_compile_perf.results import CandidateVerdict
 from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS, read_embedded_settings
 
 SHARED_DEFAULT_FILES = ("examples/moe_layer/local_compile.py", "torchtitan/distributed/local_compile.py",
@@ -62,8 +64,6 @@ def prepare_candidate(target: Path, *, state: dict[str, Any], submission: Candid
                       root: Path) -> PreparedCandidate:
     """Replay the submitted branch on the stack tip; two worktrees (tip, candidate). CandidateRefused if impossible."""
     repo = git.Repo(target)
-    from phases.local_compile_perf.candidates import verdicts
-
     branch, tip = submission.branch, stack_tip(state)
     if branch not in {h.name for h in repo.heads}:
         raise CandidateRefused(f"branch {branch!r} does not exist in {target}")
@@ -71,7 +71,7 @@ def prepare_candidate(target: Path, *, state: dict[str, Any], submission: Candid
     commits = repo.git.rev_list("--reverse", f"{merge_base}..{branch}").split()
     if not commits:
         raise CandidateRefused(f"branch {branch!r} has no commits beyond the stack tip {tip[:10]}")
-    n = len(verdicts(state)) + 1
+    n = len(load_workflow(state["workflow"]).records_in(state, CandidateVerdict)) + 1
     name = f"{n}-{slug(submission.label)}"
     stack_dir, cand_dir = root / f"{name}-stack", root / f"{name}-candidate"
     _clean_worktree(repo, stack_dir)
