@@ -157,12 +157,18 @@ def test_a_re_run_after_the_agents_patch_builds_on_its_row_and_an_interrupted_on
 
     from phases.add_moe_model.gap_analysis import current_rows, explained
 
-    rows = [{"label": "baseline", "patch_id": None, "attempt": 1, "max_diff": 0.125},
-            {"label": "+fp32 combine accumulation", "patch_id": "patch-1", "attempt": 1, "max_diff": 0.125},
-            {"label": "+kernel align", "patch_id": None, "attempt": 1, "max_diff": 0.125},
-            {"label": "fp32 router gate", "patch_id": "patch-2", "attempt": 1, "max_diff": 0.0}]
-    waiting = SimpleNamespace(attempt=2, state={"records": {"gap_row": rows},
-                                                "open_patches": {"patch-1": {}, "patch-2": {}}})
+    from phases.add_moe_model.workflow import WORKFLOW
+
+    made = (("baseline", None, 0.125), ("+fp32 combine accumulation", "patch-1", 0.125),
+            ("+kernel align", None, 0.125), ("fp32 router gate", "patch-2", 0.0))
+    rows = [{"label": label, "patch_id": patch, "attempt": 1, "max_diff": diff, "kl": None, "description": "",
+             "log": ""} for label, patch, diff in made]
+
+    def fake(open_patches: dict) -> SimpleNamespace:
+        state = {"records": {"gap_row": rows}, "open_patches": open_patches}
+        return SimpleNamespace(attempt=2, state=state, records=lambda model: WORKFLOW.records_in(state, model))
+
+    waiting = fake({"patch-1": {}, "patch-2": {}})
     assert current_rows(waiting) == rows and explained(current_rows(waiting)), "the agent's 0.0 row explains it"
-    reverted = SimpleNamespace(attempt=2, state={"records": {"gap_row": rows}, "open_patches": {}})
+    reverted = fake({})
     assert current_rows(reverted) == [], "after reconcile reverted everything the attempt starts over"
