@@ -145,7 +145,21 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     assert devlog.count("\n- ") >= 20 and "dead end" in devlog
     baselines = (artifacts / "baselines.md").read_text()
     assert "per-layer compile measured at [16] only" in baselines and "no CUDA device" in baselines
+    check_attention_against_its_floor(snapshot, baselines, findings)
     check_reports_can_be_trusted(snapshot, artifacts)
+
+
+def check_attention_against_its_floor(snapshot: dict, baselines: str, findings: str) -> None:
+    """Step 1: the eager step's attention beside its FLOP floor at every token count, at the GEMM rate measured
+    here, with the backend the profile names; FINDINGS cites it and no longer lists it as not tested."""
+    result = snapshot["results"]["baselines"]
+    rows, rate = result["attention"], result["gemm_rate"]
+    assert [r["tokens"] for r in rows] == [8, 16, 32] and "host CPU" in rate["label"]
+    for row in rows:
+        assert row["calls"] == 2 and row["floor_ms"] == row["flops_fwdbwd"] / (rate["tflops"] * 1e12) * 1e3
+        assert any("scaled_dot_product" in k for k in row["kernels"]), row
+    assert "Attention against its FLOP floor" in baselines
+    assert "tokens attention (eager):" in findings and "attention against its FLOP floor" not in findings
 
 
 def check_reports_can_be_trusted(snapshot: dict, artifacts: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from phases.kit.harness import DTYPES, TREE_FORMS, HarnessRequest, HarnessSpec, TimingKnobs
-from phases.kit.records import KernelRow, KernelTable, NotApplicable, Timing
+from phases.kit.records import AttentionCount, KernelRow, KernelTable, NotApplicable, Timing
 
 class MeasureRequest(HarnessRequest):
     """Worker input of ``measure_tree_worker`` (and the CLI's flags)."""
@@ -61,6 +61,8 @@ class MeasureResult(BaseModel):
     not_applicable: dict[str, str]
     """Rows that do not apply on this device, with the reason (empty on a GPU)."""
     provenance: dict
+    attention: AttentionCount | None = None
+    """The eager tree's attention FLOPs and backend (one more step, counted); None for compiled trees."""
 
 
 def measure_tree(req: MeasureRequest) -> MeasureResult:
@@ -85,6 +87,7 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
     graph = (measure_cuda_graph_replay(workload.step, iters=knobs.iters, device=req.device)
              if req.cuda_graph else NotApplicable(reason="CUDA-graph replay not requested"))
     regions, per_layer = resolve_tree(harness.spec, req.tree)
+    attention = _count_attention(workload.step, kernels) if req.tree == "eager" else None
     return MeasureResult(
         harness=req.harness, spec=harness.spec, tree=req.tree, regions=regions,
         per_layer_compile=per_layer, tokens=req.tokens, dtype=req.dtype,
@@ -94,7 +97,15 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
         kernels=_top(kernels, 40), cuda_graph=graph,
         not_applicable=_not_applicable(timing=timing, kernels=kernels, graph=graph),
         provenance=collect_provenance(command=req.command or _argv(), seed=req.seed, target=Path(req.target)),
+        attention=attention,
     )
+
+
+def _count_attention(step: object, kernels: KernelTable) -> AttentionCount:
+    from phases.kit.attention import count_attention
+
+    names = tuple(dict.fromkeys(r.name for r in kernels.rows if r.family == "attention"))
+    return count_attention(step).model_copy(update={"kernels": names})
 
 
 def _not_applicable(*, timing: Timing, kernels: KernelTable, graph: Timing | NotApplicable) -> dict[str, str]:
