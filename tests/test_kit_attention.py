@@ -79,3 +79,17 @@ def test_largest_and_far_from_its_floor_is_a_backend_choice_and_math_on_cuda_is_
     host = floor_rows([eager_cell(6.0, 8.0, ("aten::_scaled_dot_product_flash_attention_for_cpu",))], rate,
                       cuda=False)[0]
     assert "math path" not in host.note
+
+
+def test_cold_compile_is_the_first_call_less_a_step_and_a_failed_process_says_so():
+    from phases.local_compile_perf.cold_compile import cold_row
+
+    variant = {"name": "cold swiglu", "tree": "regions:swiglu"}
+    ok = {"status": "ok", "log_tail": "", "result": {"16": {"timing": {"compile_ms": 21_000.0,
+                                                                      "samples_ms": [40.0, 60.0]}}}}
+    assert cold_row({"variant": variant, "runs": [ok]}, 16) == {
+        "name": "swiglu", "tree": "regions:swiglu", "status": "measured", "compile_s": 20.95,
+        "first_call_ms": 21_000.0, "step_ms": 50.0}
+    failed = {"status": "FAILED", "log_tail": "InductorError: boom", "result": None}
+    row = cold_row({"variant": variant, "runs": [failed]}, 16)
+    assert row["status"] == "failed" and "InductorError: boom" in row["reason"]

@@ -47,6 +47,8 @@ class Variant(BaseModel):
     checkout: str
     tree: str
     tokens: tuple[int, ...]
+    env: dict[str, str] = {}
+    """Set in this variant's fresh processes only (e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for a cold compile)."""
 
 
 class ConfirmRequest(HarnessRequest):
@@ -120,7 +122,7 @@ def confirm_variants_worker(request: dict) -> dict:
             for name in order:
                 report(f"fresh process {index + 1}/{req.runs} of {name} at {list(by_name[name].tokens)} tokens "
                        f"({eta.describe()})")
-                runs[name].append(_run_in(by_name[name].checkout, commands[name], index=index, poll=poll,
+                runs[name].append(_run_in(by_name[name], commands[name], index=index, poll=poll,
                                           timeout_s=req.timeout_s, run_once=run_once))
                 eta.step_done()
     return ConfirmResponse(
@@ -130,11 +132,13 @@ def confirm_variants_worker(request: dict) -> dict:
     ).model_dump(mode="json")
 
 
-def _run_in(checkout: str, command: list[str], *, index: int, poll: bool, timeout_s: float, run_once: Any) -> dict:
-    """One fresh process with cwd and PYTHONPATH on ``checkout`` (never the main checkout by accident)."""
-    here = os.getcwd()
+def _run_in(variant: Variant, command: list[str], *, index: int, poll: bool, timeout_s: float,
+            run_once: Any) -> dict:
+    """One fresh process with cwd and PYTHONPATH on the variant's checkout (never the main checkout by accident)."""
+    here, checkout = os.getcwd(), variant.checkout
     project = str(Path(__file__).resolve().parents[3])
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [checkout, project, os.environ.get("PYTHONPATH")]))}
+    env = {**variant.env,
+           "PYTHONPATH": os.pathsep.join(filter(None, [checkout, project, os.environ.get("PYTHONPATH")]))}
     os.chdir(checkout)
     try:
         return run_once(command, index=index, env=env, poll_gpu=poll, timeout_s=timeout_s).model_dump(mode="json")
