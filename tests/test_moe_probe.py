@@ -195,6 +195,25 @@ def test_an_moe_form_titan_lacks_is_a_person_s_finding_not_a_dense_model(reports
     assert map_report(r).outcome == "needs_human"
 
 
+def test_a_strict_load_into_no_titan_moe_names_the_targets_probe_not_the_adapter(
+        reports: dict[str, CompatReport]) -> None:
+    """Blind trial 2 (doge): 'round trip PASS, strict load FAIL' pointed at state_dict_adapter.py while its own note
+    said the target's probe returned no parameters, which no adapter edit changes."""
+    from phases.add_moe_model.compat import KeyCheck
+
+    nothing = KeyCheck(verdict="FAIL", note="no Titan MoE: the target's probe did not return parameters")
+    report = reports["qwen3_moe"].model_copy(update={"strict_load": "FAIL", "strict_load_detail": nothing})
+    result = map_report(report)
+    (issue,) = result.issues
+    assert issue.code == "state_dict_check_failed" and "did not return parameters" in issue.message
+    assert [i["code"] for i in result.data["issues"]] == ["state_dict_check_failed"]  # explain's phase_findings too
+    assert "moe_replacement.py (_probe_hf_moe_block" in issue.fix_location
+    mismatch = KeyCheck(verdict="FAIL", note="")
+    (other,) = map_report(reports["qwen3_moe"].model_copy(
+        update={"strict_load": "FAIL", "strict_load_detail": mismatch})).issues
+    assert other.fix_location.endswith("state_dict_adapter.py")
+
+
 def test_attention_is_described_per_layer_for_hybrids(reports: dict[str, CompatReport]) -> None:
     """A hybrid's sequence mixers (Mamba, attention) are named per built layer, never 'none' for the model."""
     hybrid = reports["type:nemotron_h"]
