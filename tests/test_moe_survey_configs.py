@@ -92,6 +92,13 @@ def test_dense_defaults_are_surveyed_in_their_moe_form(model_type, switch):
         AutoModelForCausalLM.from_config(build_truncated_config(config, num_layers=2))
 
 
+def test_a_moe_switch_named_is_moe_is_turned_on_too():
+    """Doge's defaults set is_moe=False (blind trial 2 surveyed it dense: all 32 layers, a sharding finding only)."""
+    from transformers import AutoConfig
+
+    assert AutoConfig.for_model("doge").is_moe is False and _config("doge").is_moe is True
+
+
 def test_experts_in_a_sub_config_count_and_a_model_without_any_does_not():
     assert expert_count(_config("dbrx")) == _config("dbrx").ffn_config.moe_num_experts > 0
     assert expert_count(_config("youtu")) is None
