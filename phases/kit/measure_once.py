@@ -104,7 +104,8 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
 def _count_attention(step: object, kernels: KernelTable) -> AttentionCount:
     from phases.kit.attention import count_attention
 
-    names = tuple(dict.fromkeys(r.name for r in kernels.rows if r.family == "attention"))
+    names = tuple(dict.fromkeys(r.name.split("(")[0].removeprefix("void ") for r in kernels.rows
+                                if r.family == "attention"))  # a CUDA kernel's name carries its whole signature
     return count_attention(step).model_copy(update={"kernels": names})
 
 
