@@ -93,3 +93,30 @@ def test_cold_compile_is_the_first_call_less_a_step_and_a_failed_process_says_so
     failed = {"status": "FAILED", "log_tail": "InductorError: boom", "result": None}
     row = cold_row({"variant": variant, "runs": [failed]}, 16)
     assert row["status"] == "failed" and "InductorError: boom" in row["reason"]
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_activation_checkpointing_keeps_the_loss_and_every_grad(mode):
+    """The re-timing under the recipe's AC mode measures the same step: checkpointed layers, same numbers."""
+    import torch
+
+    from phases.kit.harness import build_tree_workload
+    from tests.test_kit_tiny_harness import build_harness
+
+    def run(ac_mode: str):
+        work = build_tree_workload(build_harness(), "eager", tokens=16, device="cpu", dtype=torch.float32, seed=0,
+                                   ac_mode=ac_mode)
+        loss = work.step()
+        return work, loss, [p.grad.clone() for p in work.layers.parameters()]
+
+    _, loss, grads = run("none")
+    wrapped, loss_ac, grads_ac = run(mode)
+    assert all("CheckpointWrapper" in type(layer).__name__ for layer in wrapped.layers)
+    assert torch.equal(loss, loss_ac) and all(torch.allclose(a, b) for a, b in zip(grads, grads_ac))
+
+
+def test_an_unknown_ac_mode_is_refused():
+    from phases.kit.activation_checkpoint import apply_activation_checkpointing
+
+    with pytest.raises(ValueError, match="AC mode 'sometimes'"):
+        apply_activation_checkpointing(object(), "sometimes")

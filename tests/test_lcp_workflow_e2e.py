@@ -151,8 +151,8 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
 
 def check_floor_and_cold_compile(snapshot: dict, baselines: str, findings: str) -> None:
     """Step 1: the eager step's attention beside its FLOP floor at every token count, at the GEMM rate measured
-    here, with the backend the profile names; the stack's regions' cold compile seconds. FINDINGS cites both and
-    no longer lists them as not tested."""
+    here, with the backend the profile names; the stack's regions' cold compile seconds; the stack re-timed under
+    selective AC. FINDINGS cites them and no longer lists them as not tested."""
     result = snapshot["results"]["baselines"]
     rows, rate = result["attention"], result["gemm_rate"]
     assert [r["tokens"] for r in rows] == [8, 16, 32] and "host CPU" in rate["label"]
@@ -166,6 +166,11 @@ def check_floor_and_cold_compile(snapshot: dict, baselines: str, findings: str) 
     assert all(r["status"] == "measured" and r["compile_s"] > 0 for r in cold["rows"]), cold
     assert "Cold compile at 16 tokens (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1" in findings
     assert "cold compile with" not in findings
+    under = code["under_ac"]  # the embedded recipe trains without AC: re-timed under selective
+    assert (under["mode"], under["recipe_mode"], under["tokens"]) == ("selective", "none", 16)
+    assert under["per_layer_main"]["glue_ms"] > 0 and under["regions_stack"]["glue_ms"] > 0
+    assert "Under selective activation checkpointing around each layer (the recipe's mode is none)" in findings
+    assert "re-timing under selective" not in findings
     assert "tokens attention (eager):" in findings and "attention against its FLOP floor" not in findings
 
 

@@ -34,6 +34,8 @@ class MeasureRequest(HarnessRequest):
     num_layers: int = 2
     timing: TimingKnobs = TimingKnobs()
     cuda_graph: bool = True
+    ac_mode: str | None = None
+    """Activation checkpointing of each layer: none, full or selective; None = the harness's recipe mode."""
     target: str = "."
     """Checkout whose commit goes into provenance."""
     command: str = ""
@@ -77,8 +79,10 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
     harness = load_harness(req.harness)
     set_fp32_precision(harness.spec.fp32_precision)
     report(f"building {req.harness} tree={req.tree} tokens={req.tokens} on {req.device}")
+    ac_mode = req.ac_mode or harness.spec.ac_mode
     workload = build_tree_workload(harness, req.tree, tokens=req.tokens, device=req.device,
-                                   dtype=resolve_dtype(req.dtype), seed=req.seed, num_layers=req.num_layers)
+                                   dtype=resolve_dtype(req.dtype), seed=req.seed, num_layers=req.num_layers,
+                                   ac_mode=ac_mode)
     knobs = req.timing
     report(f"timing {knobs.warmup} warm-up + {knobs.iters} steps")
     timing = measure_step(workload.step, warmup=knobs.warmup, iters=knobs.iters, device=req.device)
@@ -91,7 +95,7 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
     return MeasureResult(
         harness=req.harness, spec=harness.spec, tree=req.tree, regions=regions,
         per_layer_compile=per_layer, tokens=req.tokens, dtype=req.dtype,
-        ac_mode=harness.spec.ac_mode, fp32_precision=harness.spec.fp32_precision,
+        ac_mode=ac_mode, fp32_precision=harness.spec.fp32_precision,
         wall_ms=timing.median_ms, timing=timing,
         kernel_ms=kernels.total_ms_per_step, kernel_count=kernels.count_per_step,
         kernels=_top(kernels, 40), cuda_graph=graph,

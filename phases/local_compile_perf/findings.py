@@ -26,8 +26,7 @@ from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_co
 NOT_TESTED = ("best-known kernels other than Liger-Kernel's RMSNorm, SwiGLU and RoPE (quack, Transformer Engine, "
               "FA4, the target's own fused overrides) were not benchmarked",
               "TP / EP on real ranks (only a fake-process-group build check at world 8: shapes, graphs, a "
-              "zero-token rank; no numerics) and PP",
-              "re-timing under selective activation checkpointing")
+              "zero-token rank; no numerics) and PP")
 
 
 def not_tested(stack_code: dict[str, Any] | None, attention: tuple = ()) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ class TreeRequest(HarnessRequest):
     tree: str
     tokens: tuple[int, ...]
     timing: TimingKnobs
+    ac_mode: str | None = None
 
 
 class Variant(BaseModel):
@@ -47,6 +48,8 @@ class Variant(BaseModel):
     checkout: str
     tree: str
     tokens: tuple[int, ...]
+    ac_mode: str | None = None
+    """Activation checkpointing (none, full, selective); None = the harness's recipe mode."""
     env: dict[str, str] = {}
     """Set in this variant's fresh processes only (e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for a cold compile)."""
 
@@ -89,7 +92,7 @@ def measure_tokens(req: TreeRequest) -> dict[str, Any]:
         report(f"measuring {req.tree} at {tokens} tokens")
         result = measure_tree(MeasureRequest(
             harness=req.harness, tree=req.tree, tokens=tokens, device=req.device, timing=req.timing,
-            seed=req.seed, cuda_graph=True,
+            seed=req.seed, cuda_graph=True, ac_mode=req.ac_mode,
             target=os.getcwd(), command=" ".join([sys.executable, "-m", __name__, *sys.argv[1:]])))
         results[str(tokens)] = result.model_dump(mode="json")
     return results
@@ -115,7 +118,8 @@ def confirm_variants_worker(request: dict) -> dict:
         for name, variant in by_name.items():
             path = Path(tmp, f"{name}.json")
             path.write_text(TreeRequest(harness=req.harness, tree=variant.tree, tokens=variant.tokens,
-                                        device=req.device, timing=req.timing, seed=req.seed).model_dump_json())
+                                        device=req.device, timing=req.timing, seed=req.seed,
+                                        ac_mode=variant.ac_mode).model_dump_json())
             commands[name] = build_command(path)
         eta = Eta(len(orders) * len(by_name))
         for index, order in enumerate(orders):
