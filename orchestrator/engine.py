@@ -161,27 +161,13 @@ def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") ->
         cancelled = cancel_open(run.state)
         if cancelled:
             run.append(ev.NoteAdded(kind="engine", text=f"scancel of the run's job(s) {', '.join(cancelled)}"))
+        from orchestrator.git import uncommitted_left
+
         left = uncommitted_left(run.state["target"], run.state.get("base") or {})
         if left:
             run.append(ev.NoteAdded(kind="engine", text=left))
         run.append(ev.RunAborted(reason=reason), actor=actor)
         return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK, messages=(left,) if left else ())
-
-
-def uncommitted_left(target: str, base: dict[str, Any]) -> str:
-    """What an abort leaves in the target: uncommitted changes beyond those there at start ("" when none)."""
-    from orchestrator.git import open_repo
-
-    try:
-        status = open_repo(target).git.status("--porcelain", "--untracked-files=all").splitlines()
-    except UsageError:  # the target is gone or no longer a checkout: nothing to say about it
-        return ""
-    new = [line[3:] for line in status if line not in set(base.get("status") or ())]
-    if not new:
-        return ""
-    shown = ", ".join(new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
-    return (f"the target keeps {len(new)} uncommitted change(s) made during the run, left as they are (the abort "
-            f"reverts nothing): {shown}")
 
 
 def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, actor: str = "human",

@@ -55,7 +55,7 @@ def test_gemm_rate_on_a_host_is_labelled_and_follows_its_formula():
     from phases.kit.attention import measure_gemm_rate
 
     rate = measure_gemm_rate("cpu", torch.float32, size=64, min_seconds=0.05)
-    assert rate.reps >= 1 and rate.seconds >= 0.05 and "host CPU" in rate.label
+    assert rate.reps >= 1 and (rate.seconds >= 0.05 or rate.reps >= 1000) and "host CPU" in rate.label
     assert rate.tflops == pytest.approx(2 * 64**3 * rate.reps / rate.seconds / 1e12)
 
 
