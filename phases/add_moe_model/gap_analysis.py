@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
-from phases.add_moe_model.records import GapRow, Numerics, Synthetic
+from phases.add_moe_model.records import GapRow, Numerics, Synthetic, diagnostic_result
 from phases.add_moe_model.rules import KL_PASS
 from phases.add_moe_model.work.numerics import CompareRequest
 from phases.add_moe_model.workers import KERNEL_ALIGN, NUMERICS
@@ -143,8 +143,7 @@ def check_kernel_alignment(ctx: PhaseContext) -> dict[str, Any]:
 
 def fp32_diagnostic_kl(ctx: PhaseContext) -> float | None:
     """The numerics phase's fp32-vs-fp32 KL (its diagnostic row), None when it was not measured."""
-    rows = getattr(ctx.result("numerics", Numerics), "results", None) or []
-    return next((r.get("kl") for r in rows if r.get("dtype") == "float32"), None)
+    return diagnostic_result(ctx.result("numerics", Numerics).model_dump()).get("kl")
 
 
 def classify_alignment(result: dict[str, Any], *, fp32_kl: float | None = None) -> tuple[bool, str]:

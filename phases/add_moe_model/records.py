@@ -47,6 +47,15 @@ class Verdict(BaseModel):
     """fp64 KL, one-ulp spread, the other experts kernel's KL (work/firmness.py)."""
 
 
+DIAGNOSTIC_DTYPE = "float32"
+"""The numerics phase's second comparison: fp32 on both sides, beside the bf16 verdict."""
+
+
+def diagnostic_result(numerics: dict[str, Any]) -> dict[str, Any]:
+    """The numerics phase's fp32-vs-fp32 row from its data ({} when it was not measured)."""
+    return next((r for r in numerics.get("results") or [] if r.get("dtype") == DIAGNOSTIC_DTYPE), {})
+
+
 class Numerics(BaseModel):
     """The numerics phase's answer, as later phases read it."""
 

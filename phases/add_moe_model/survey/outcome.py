@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from phases.add_moe_model import fixability_numerics
 from phases.add_moe_model.fixability import clearable_note
+from phases.add_moe_model.records import diagnostic_result
 from phases.add_moe_model.tier_text import tier_text
 from phases.add_moe_model.work.error_origin import plumbing_failure
 from phases.add_moe_model.workspace import EXP
@@ -208,7 +209,7 @@ def numerics_summary(results: dict[str, Any]) -> dict[str, Any] | None:
     verdict = numerics.get("verdict")
     if not verdict:
         return None
-    fp32 = next((r for r in numerics.get("results", []) if r.get("dtype") == "float32"), {})
+    fp32 = diagnostic_result(numerics)
     firm = verdict.get("firmness") or {}
     tier = verdict["status"]
     return {"tier": tier, "tier_shown": tier_text(tier, firm), "kl": verdict.get("kl"),
