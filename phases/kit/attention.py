@@ -9,14 +9,13 @@ spec sheet). Which backend ran (flash, efficient, cuDNN, math) is what the profi
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
 from phases.kit.records import AttentionCount, GemmRate
-from phases.kit.timing import is_cuda
+from phases.kit.timing import is_cuda, time_batch
 
 BACKWARD_FACTOR = 2
 """Backward matmuls per forward matmul: dV = P^T dO and dP = dO V^T for PV; dQ = dS K and dK = dS^T Q for QK^T."""
@@ -104,30 +103,12 @@ def measure_gemm_rate(device: str, dtype: Any, *, size: int | None = None, warmu
     reps, seconds = 0, 0.0
     while seconds < min_seconds and reps < 1000:
         batch = max(reps, 1)
-        seconds += _time_matmuls(a, b, batch, cuda=cuda)
+        seconds += time_batch(lambda: a @ b, batch, cuda=cuda)
         reps += batch
     where = torch.cuda.get_device_name(device) if cuda else "the host CPU (no CUDA device)"
     name = str(dtype).removeprefix("torch.")
     return GemmRate(tflops=2 * n**3 * reps / seconds / 1e12, size=n, reps=reps, seconds=seconds, dtype=name,
                     label=f"{n}^3 {name} matmul on {where}")
-
-
-def _time_matmuls(a: Any, b: Any, reps: int, *, cuda: bool) -> float:
-    import torch
-
-    if not cuda:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        return time.perf_counter() - t0
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        a @ b
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3
 
 
 class GemmRateRequest(BaseModel):
