@@ -161,8 +161,13 @@ def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") ->
         cancelled = cancel_open(run.state)
         if cancelled:
             run.append(ev.NoteAdded(kind="engine", text=f"scancel of the run's job(s) {', '.join(cancelled)}"))
+        from orchestrator.git import uncommitted_left
+
+        left = uncommitted_left(run.state["target"], run.state.get("base") or {})
+        if left:
+            run.append(ev.NoteAdded(kind="engine", text=left))
         run.append(ev.RunAborted(reason=reason), actor=actor)
-        return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK)
+        return Outcome(run_id=run_id, state=run.state, exit_code=EXIT_OK, messages=(left,) if left else ())
 
 
 def submit(run_id: str, kind: str, args: dict[str, Any], *, store: RunStore, actor: str = "human",

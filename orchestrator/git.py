@@ -108,3 +108,17 @@ def clear_stale_index_locks(path: str | Path) -> list[str]:
             lock.unlink()
             removed.append(str(lock))
     return removed
+
+
+def uncommitted_left(target: str, base: dict[str, Any]) -> str:
+    """What an abort leaves in the target: uncommitted changes beyond those there at start ("" when none)."""
+    try:
+        status = open_repo(target).git.status("--porcelain", "--untracked-files=all").splitlines()
+    except UsageError:  # the target is gone or no longer a checkout: nothing to say about it
+        return ""
+    new = [line[3:] for line in status if line not in set(base.get("status") or ())]
+    if not new:
+        return ""
+    shown = ", ".join(new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
+    return (f"the target keeps {len(new)} uncommitted change(s) made during the run, left as they are (the abort "
+            f"reverts nothing): {shown}")

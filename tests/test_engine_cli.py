@@ -96,6 +96,18 @@ def test_finished_and_aborted_runs_refuse_to_resume(toy_repo, state_dir, invoke)
     assert invoke("advance", run_id, "--state-dir", str(state_dir)).exit_code == 2
 
 
+def test_abort_says_which_edits_it_leaves_in_the_target(toy_repo, state_dir, invoke):
+    """Blind trial 2 (doge): the abort said nothing of the agent's uncommitted edit still in the workspace."""
+    (toy_repo / "before.txt").write_text("there at start\n")
+    run_id = run_id_of(invoke("start", "toy", "--target", str(toy_repo), "--state-dir", str(state_dir), "--json"))
+    (toy_repo / "edited.txt").write_text("the agent's edit\n")
+    result = invoke("abort", run_id, "--reason", "stop here", "--state-dir", str(state_dir))
+    assert result.exit_code == 0 and "1 uncommitted change(s) made during the run" in result.output
+    assert "edited.txt" in result.output and "before.txt" not in result.output
+    trail = (state_dir / "runs" / run_id / "events.jsonl").read_text()
+    assert "the abort reverts nothing" in trail  # a note for the auditor too
+
+
 def test_graph_lists_every_phase_and_edge(invoke):
     result = invoke("graph", "toy")
     assert result.exit_code == 0

@@ -22,6 +22,7 @@ def test_upstream_regions_vs_eager_and_fp64_then_measured(embedded_harness):
 
     from phases.kit.correctness import check_correctness
     from phases.kit.harness import TimingKnobs
+    from phases.kit.attention import attention_flops
     from phases.kit.measure_once import MeasureRequest, measure_tree
 
     assert embedded_harness.spec.name == "embedded:dsv3-small"  # CPU picks the small dims
@@ -41,3 +42,12 @@ def test_upstream_regions_vs_eager_and_fp64_then_measured(embedded_harness):
     assert len(result.timing.samples_ms) == 3 and result.kernels.activity == "cpu"
     assert {f.family for f in result.kernels.families} >= {"gemm", "pointwise"}
     assert result.cuda_graph.reason == "no CUDA device"
+    assert result.attention is None  # counted in the eager tree only
+
+    eager = measure_tree(MeasureRequest(harness=EMBEDDED, tree="eager", tokens=32, device="cpu",
+                                        timing=TimingKnobs(warmup=1, iters=2, profile_steps=1), target=str(ROOT)))
+    cfg = embedded_harness.config
+    per_layer = attention_flops((1, cfg.n_heads, 32, cfg.qk_head_dim), (1, cfg.n_heads, 32, cfg.qk_head_dim),
+                                (1, cfg.n_heads, 32, cfg.v_head_dim), causal=True)
+    assert eager.attention.calls == 2 and eager.attention.flops_fwd == 2 * per_layer  # one MLA per layer
+    assert any("scaled_dot_product" in k for k in eager.attention.kernels), eager.attention.kernels

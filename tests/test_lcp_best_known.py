@@ -112,6 +112,8 @@ def test_not_tested_says_why_a_best_known_kernel_was_not_timed_here() -> None:
            "device is cpu")
     ops = [{"best_known_ms": None, "best_known": cpu}, {"best_known_ms": 0.2, "best_known": "LigerRMSNormFunction"},
            {"best_known_ms": None, "best_known": "no best-known kernel: none for the router"}]
-    assert not_tested({"ops": ops}) == (*NOT_TESTED, f"best-known kernel: {cpu}")
-    assert not_tested(None) == NOT_TESTED and not any("Liger" in n and "not benchmarked" in n and "other than" not in n
-                                                      for n in NOT_TESTED)
+    floor = ({"tokens": 16},)  # the eager step's attention was checked against its floor
+    assert not_tested({"ops": ops}, floor) == (*NOT_TESTED, f"best-known kernel: {cpu}")
+    assert not_tested(None, floor) == NOT_TESTED
+    assert not any("Liger" in n and "not benchmarked" in n and "other than" not in n for n in NOT_TESTED)
+    assert not_tested(None)[-1].startswith("attention against its FLOP floor: the eager step made no")

@@ -132,6 +132,7 @@ def test_commit_uses_the_template_and_records_the_hash(target):
     head = git.Repo(target).head.commit
     assert head.message.splitlines()[0] == "Add Qwen3-30B-A3B to transformers MoE backend"
     assert "(H=2048, I=768, E=8)" in head.message and "KL=1.15e-06, max_diff=3.91e-03" in head.message
+    assert "not part of this commit" in head.message and "Adds synthetic" not in head.message
     assert ctx.added == [("commit", {"hash": head.hexsha, "branch": "main", "files": [f"{EXP}model.py"]})]
 
 

@@ -172,3 +172,19 @@ def test_a_re_run_after_the_agents_patch_builds_on_its_row_and_an_interrupted_on
     assert current_rows(waiting) == rows and explained(current_rows(waiting)), "the agent's 0.0 row explains it"
     reverted = fake({})
     assert current_rows(reverted) == [], "after reconcile reverted everything the attempt starts over"
+
+
+def test_a_router_residual_on_cpu_names_autocast_only_where_the_fp32_comparison_agrees() -> None:
+    """Blind trial 2 (dots1, minimax_m2): the row named the fp32 router autocast as the likely cause while the fp32
+    comparison differed as well, which autocast cannot cause."""
+    from phases.add_moe_model.gap_analysis import classify_alignment
+
+    cpu = {"status": "verified", "device": "cpu", "hf_kernel_on_titan_weights_max_diff": 0.0,
+           "titan_kernel_on_hf_routing_max_diff": 0.0}
+    agrees = classify_alignment(cpu, fp32_kl=3e-7)
+    differs = classify_alignment(cpu, fp32_kl=1.38e-5)
+    assert agrees[0] and "the likely cause" in agrees[1] and "accepted on CPU without a trace" in agrees[1]
+    assert differs[0] and "is not its cause" in differs[1] and "likely cause" not in differs[1]
+    assert "KL 1.38e-05" in differs[1]
+    cuda = classify_alignment({**cpu, "device": "cuda"}, fp32_kl=1.38e-5)
+    assert not cuda[0] and "trace it" in cuda[1]

@@ -217,3 +217,42 @@ def test_a_build_error_is_named_for_the_code_that_raised_it() -> None:
     assert hf.code == "raised_in_transformers"
     unsharded = build_check_issue({**base, "error": None, "unsharded_modules": ["layers.0.self_attn.g_proj"]})
     assert unsharded.code == "module_without_sharding_config" and "g_proj" in unsharded.message
+
+
+def test_a_config_of_the_folder_lacking_what_transformers_reads_is_the_agents(tmp_path, monkeypatch) -> None:
+    """Blind trial 2 (jamba): JambaModel reads layers_block_type, a property of JambaConfig, from the experiment
+    folder's Config, which copies only the HF config's instance fields. The innermost frame is transformers', yet
+    the fix is the folder's: the error names the class that lacks the attribute and the agent gets it."""
+    import importlib.util
+    import sys
+
+    from transformers import JambaConfig
+    from transformers.models.jamba.modeling_jamba import JambaModel
+
+    from phases.add_moe_model.parallelism import build_check_issue
+    from phases.add_moe_model.work.error_origin import describe_error, error_origin
+
+    folder = tmp_path / "torchtitan/experiments/transformers_modeling_backend"
+    folder.mkdir(parents=True)
+    (folder / "model.py").write_text(
+        "from transformers import PretrainedConfig\n\n\n"
+        "class Config(PretrainedConfig):\n"
+        "    def update_from_config(self, hf):\n"
+        "        vars(self).update({k: v for k, v in vars(hf).items() if k != 'layers_block_type'})\n"
+        "        return self\n")
+    spec = importlib.util.spec_from_file_location("trial_model", folder / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "trial_model", module)  # imported, as the backend's model.py is
+    spec.loader.exec_module(module)
+    config = module.Config().update_from_config(JambaConfig(num_hidden_layers=2, hidden_size=64,
+                                                            intermediate_size=64, num_attention_heads=4))
+    with pytest.raises(AttributeError) as caught:
+        JambaModel(config)
+    origin, frame = error_origin(caught.value)
+    assert origin == "target" and frame.startswith(
+        "torchtitan/experiments/transformers_modeling_backend/model.py:4 Config (has no 'layers_block_type')"), frame
+    row = {"world_size": 2, "tp": 1, "ep": 2, "error": describe_error(caught.value), "unsharded_modules": [],
+           "error_frame": frame, "error_origin": origin}
+    issue = build_check_issue(row)
+    assert issue.code == "build_check_error" and "model.py" in issue.fix_location
+    assert "in the experiment folder" in issue.fix_location

@@ -25,7 +25,7 @@ from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_te
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text",
           "llama4_text", "granitemoe", "type:jetmoe", "type:nemotron_h", "type:zaya",
-          "type:deepseek_v2", "type:deepseek_v4", "type:longcat_flash"]
+          "type:deepseek_v2", "type:deepseek_v4", "type:longcat_flash", "type:doge"]
 pytestmark = pytest.mark.slow
 
 
@@ -184,6 +184,34 @@ def test_experts_that_compute_nothing_are_a_person_s_finding_not_a_transposed_la
     (count,) = [i for i in r.issues if i.code == "expert_count_differs"]
     assert count.severity == "core" and "zero_expert_num" in count.message and "768 vs 512" in count.message
     assert "transposed" not in count.message
+
+
+def test_an_moe_form_titan_lacks_is_a_person_s_finding_not_a_dense_model(reports: dict[str, CompatReport]) -> None:
+    """Doge defaults to is_moe=False; type:doge turns its MoE on, a product-key retrieval MoE (a key projection
+    and expert embedding tables, no router + experts): blind trial 2 met a sharding finding alone there."""
+    r = reports["type:doge"]
+    (form,) = [i for i in r.issues if i.code == "moe_form_unsupported"]
+    assert form.severity == "core" and "DogeCDMoE" in form.message and "down_embed Embedding" in form.message
+    assert map_report(r).outcome == "needs_human"
+
+
+def test_a_strict_load_into_no_titan_moe_names_the_targets_probe_not_the_adapter(
+        reports: dict[str, CompatReport]) -> None:
+    """Blind trial 2 (doge): 'round trip PASS, strict load FAIL' pointed at state_dict_adapter.py while its own note
+    said the target's probe returned no parameters, which no adapter edit changes."""
+    from phases.add_moe_model.compat import KeyCheck
+
+    nothing = KeyCheck(verdict="FAIL", note="no Titan MoE: the target's probe did not return parameters")
+    report = reports["qwen3_moe"].model_copy(update={"strict_load": "FAIL", "strict_load_detail": nothing})
+    result = map_report(report)
+    (issue,) = result.issues
+    assert issue.code == "state_dict_check_failed" and "did not return parameters" in issue.message
+    assert [i["code"] for i in result.data["issues"]] == ["state_dict_check_failed"]  # explain's phase_findings too
+    assert "moe_replacement.py (_probe_hf_moe_block" in issue.fix_location
+    mismatch = KeyCheck(verdict="FAIL", note="")
+    (other,) = map_report(reports["qwen3_moe"].model_copy(
+        update={"strict_load": "FAIL", "strict_load_detail": mismatch})).issues
+    assert other.fix_location.endswith("state_dict_adapter.py")
 
 
 def test_attention_is_described_per_layer_for_hybrids(reports: dict[str, CompatReport]) -> None:

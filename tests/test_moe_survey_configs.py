@@ -92,6 +92,13 @@ def test_dense_defaults_are_surveyed_in_their_moe_form(model_type, switch):
         AutoModelForCausalLM.from_config(build_truncated_config(config, num_layers=2))
 
 
+def test_a_moe_switch_named_is_moe_is_turned_on_too():
+    """Doge's defaults set is_moe=False (blind trial 2 surveyed it dense: all 32 layers, a sharding finding only)."""
+    from transformers import AutoConfig
+
+    assert AutoConfig.for_model("doge").is_moe is False and _config("doge").is_moe is True
+
+
 def test_experts_in_a_sub_config_count_and_a_model_without_any_does_not():
     assert expert_count(_config("dbrx")) == _config("dbrx").ffn_config.moe_num_experts > 0
     assert expert_count(_config("youtu")) is None
@@ -156,11 +163,16 @@ def test_a_numerics_run_that_cannot_fit_in_memory_is_refused_with_the_numbers(mo
     assert memory_budget.memory_shortfall(qwen3) is None
 
 
-def test_moe_layers_the_config_mechanism_does_not_name_are_found_from_the_built_model():
-    # jamba places experts with expert_layer_period/offset, which layers.py does not know: the
-    # prediction says layer 0, the built model says layer 1, and the entry follows the evidence.
+def test_jambas_expert_layer_period_places_its_moe_layers():
+    """Blind trial 2 (jamba): 'moe_mechanism: all_layers' and layers 8..31 listed dense; its config places experts
+    every expert_layer_period layers from expert_layer_offset (the class's own layers_num_experts agrees)."""
+    from phases.add_moe_model.work.layers import predict_moe_layers, resolve_moe_mechanism
     from phases.add_moe_model.work.synthetic import probe_entry_build
 
-    entry = build_synthetic_entry(_config("jamba"))
+    config = _config("jamba")
+    assert resolve_moe_mechanism(config) == "expert_layer_period"
+    assert predict_moe_layers(config) == [i for i, n in enumerate(config.layers_num_experts) if n > 1] == \
+        list(range(1, 32, 2))
+    entry = build_synthetic_entry(config)
     assert entry["num_hidden_layers"] == 2
     assert probe_entry_build(entry) == ([1], [])

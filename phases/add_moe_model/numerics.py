@@ -38,13 +38,12 @@ from phases.add_moe_model.error_triage import NOT_THE_AGENTS, OURS, triage_error
 from phases.add_moe_model.load_findings import check_load
 from phases.add_moe_model.measured_tree import snapshot_experiment, with_snapshot
 from phases.add_moe_model.memory_budget import memory_shortfall
-from phases.add_moe_model.records import Probe, Synthetic
+from phases.add_moe_model.records import DIAGNOSTIC_DTYPE, Probe, Synthetic
 from phases.add_moe_model.work.numerics import CompareRequest
 from phases.add_moe_model.workers import NUMERICS, SEED
 from phases.add_moe_model.tier_text import firmness_line, flip_text, reaches, split_text, tier_text
 
 VERDICT_DTYPE = "bfloat16"
-DIAGNOSTIC_DTYPE = "float32"
 # NOTE: a flag, not a verdict tier. On random-init synthetic weights the outputs are small,
 # so one softmax over all 2x16xH elements is nearly flat and KL can pass a semantically
 # different block (observed: gemma4_text KL 4.4e-08 with cos 0.949 in bf16 and fp32).

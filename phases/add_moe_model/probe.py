@@ -13,6 +13,7 @@ from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.add_moe_model.compat import CompatReport, ProbeRequest
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
 from phases.add_moe_model.workers import PROBE
+from phases.add_moe_model.workspace import EXP
 
 TEMPLATE = "compat_report.txt.j2"
 BLOCKER_KEY = "probe_blocker"
@@ -65,14 +66,27 @@ def map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResul
                            summary=f"{report.model_id}: {len(fixable)} fixable issue(s): {codes}",
                            data=data, issues=issues)
     if not clean:
-        failed = Issue(code="state_dict_check_failed",
-                       message=f"round trip {report.state_dict_roundtrip}, strict load {report.strict_load}",
-                       fix_location="torchtitan/experiments/transformers_modeling_backend/state_dict_adapter.py")
-        return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: state-dict checks failed", data=data,
-                           issues=(failed,))
+        failed = state_dict_check_failed(report)
+        finding = {"code": failed.code, "message": failed.message, "fix_location": failed.fix_location,
+                   "severity": "fixable"}
+        return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: state-dict checks failed",
+                           data={**data, "issues": [*data["issues"], finding]}, issues=(failed,))
     return PhaseResult(outcome="passed",
                        summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s)",
                        data=data, issues=issues)
+
+
+def state_dict_check_failed(report: CompatReport) -> Issue:
+    """A failed round trip or strict load no finding covers, with its own notes and the file a fix changes: the
+    target's MoE probe when it built no Titan MoE (no adapter edit loads into nothing), else the adapter."""
+    notes = "; ".join(f"{name}: {d.note}" for name, d in (("round trip", report.roundtrip_detail),
+                                                          ("strict load", report.strict_load_detail)) if d.note)
+    no_moe = (report.strict_load_detail.note or "").startswith("no Titan MoE")
+    where = (f"{EXP}moe_replacement.py (_probe_hf_moe_block: return the block's parameters)" if no_moe
+             else f"{EXP}state_dict_adapter.py")
+    return Issue(code="state_dict_check_failed",
+                 message=f"round trip {report.state_dict_roundtrip}, strict load {report.strict_load}"
+                         + (f" ({notes})" if notes else ""), fix_location=where)
 
 
 def render_compat_text(report: CompatReport) -> str:

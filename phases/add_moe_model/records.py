@@ -86,6 +86,10 @@ class Verdict(BaseModel):
     """fp64 KL, one-ulp spread, the other experts kernel's KL (work/firmness.py)."""
 
 
+DIAGNOSTIC_DTYPE = "float32"
+"""The numerics phase's second comparison: fp32 on both sides, beside the bf16 verdict."""
+
+
 class Numerics(BaseModel):
     """The numerics phase's answer, as later phases read it.
 
@@ -110,6 +114,11 @@ class Numerics(BaseModel):
     verdict_standing: dict[str, str] | None = None
     """{"stands": "builtin" | "tree_script", "why": ...}: which of the two verdicts stands."""
     waived: dict[str, str] = {}
+
+
+def diagnostic_result(numerics: Numerics) -> Verdict | None:
+    """The numerics phase's fp32-vs-fp32 row (None when it was not measured)."""
+    return next((r for r in numerics.results if r.dtype == DIAGNOSTIC_DTYPE), None)
 
 
 class GapRow(BaseModel):

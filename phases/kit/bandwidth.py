@@ -9,12 +9,11 @@ is not an HBM number and must not be used as one.
 
 from __future__ import annotations
 
-import time
 
 from pydantic import BaseModel, ConfigDict
 
 from phases.kit.records import Bandwidth
-from phases.kit.timing import is_cuda
+from phases.kit.timing import is_cuda, time_batch
 
 HBM_BYTES = 2**30
 HOST_BYTES = 2**26
@@ -41,7 +40,7 @@ def measure_bandwidth(device: str, *, warmup: int = 3, copies: int = 20, nbytes:
     dst = torch.empty_like(src)
     for _ in range(warmup):
         dst.copy_(src)
-    seconds = _time_copies_cuda(src, dst, copies) if cuda else _time_copies_host(src, dst, copies)
+    seconds = time_batch(lambda: dst.copy_(src), copies, cuda=cuda)
     return Bandwidth(
         tbs=2 * nbytes * copies / seconds / 1e12,
         nbytes=nbytes,
@@ -51,26 +50,6 @@ def measure_bandwidth(device: str, *, warmup: int = 3, copies: int = 20, nbytes:
         kind="hbm" if cuda else "host_memcpy",
         label=_label(device),
     )
-
-
-def _time_copies_cuda(src: "object", dst: "object", copies: int) -> float:
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(copies):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3
-
-
-def _time_copies_host(src: "object", dst: "object", copies: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(copies):
-        dst.copy_(src)
-    return time.perf_counter() - t0
 
 
 def _label(device: str) -> str:

@@ -158,12 +158,17 @@ def resolve_dtype(name: str) -> "torch.dtype":
 
 
 def build_tree_workload(
-    harness: Harness, tree: str, *, tokens: int, device: str, dtype: "torch.dtype", seed: int, num_layers: int = 2
+    harness: Harness, tree: str, *, tokens: int, device: str, dtype: "torch.dtype", seed: int, num_layers: int = 2,
+    ac_mode: str = "none",
 ) -> Workload:
-    """Bind the tree's regions (process-wide), build the workload, compile per block if asked."""
+    """Bind the tree's regions (process-wide), build the workload, wrap its layers for ``ac_mode``, compile per
+    block if asked (after the wrapping, as a trainer does)."""
+    from phases.kit.activation_checkpoint import apply_activation_checkpointing
+
     regions, per_layer = resolve_tree(harness.spec, tree)
     harness.bind_regions(list(regions))
     workload = harness.build(tokens=tokens, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
+    apply_activation_checkpointing(workload, ac_mode)
     if per_layer:
         harness.compile_per_layer(workload)
     return workload

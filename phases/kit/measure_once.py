@@ -23,7 +23,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from phases.kit.harness import DTYPES, TREE_FORMS, HarnessRequest, HarnessSpec, TimingKnobs
-from phases.kit.records import KernelRow, KernelTable, NotApplicable, Timing
+from phases.kit.records import AttentionCount, KernelRow, KernelTable, NotApplicable, Timing
 
 class MeasureRequest(HarnessRequest):
     """Worker input of ``measure_tree_worker`` (and the CLI's flags)."""
@@ -34,6 +34,8 @@ class MeasureRequest(HarnessRequest):
     num_layers: int = 2
     timing: TimingKnobs = TimingKnobs()
     cuda_graph: bool = True
+    ac_mode: str | None = None
+    """Activation checkpointing of each layer: none, full or selective; None = the harness's recipe mode."""
     target: str = "."
     """Checkout whose commit goes into provenance."""
     command: str = ""
@@ -61,6 +63,8 @@ class MeasureResult(BaseModel):
     not_applicable: dict[str, str]
     """Rows that do not apply on this device, with the reason (empty on a GPU)."""
     provenance: dict
+    attention: AttentionCount | None = None
+    """The eager tree's attention FLOPs and backend (one more step, counted); None for compiled trees."""
 
 
 def measure_tree(req: MeasureRequest) -> MeasureResult:
@@ -75,8 +79,10 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
     harness = load_harness(req.harness)
     set_fp32_precision(harness.spec.fp32_precision)
     report(f"building {req.harness} tree={req.tree} tokens={req.tokens} on {req.device}")
+    ac_mode = req.ac_mode or harness.spec.ac_mode
     workload = build_tree_workload(harness, req.tree, tokens=req.tokens, device=req.device,
-                                   dtype=resolve_dtype(req.dtype), seed=req.seed, num_layers=req.num_layers)
+                                   dtype=resolve_dtype(req.dtype), seed=req.seed, num_layers=req.num_layers,
+                                   ac_mode=ac_mode)
     knobs = req.timing
     report(f"timing {knobs.warmup} warm-up + {knobs.iters} steps")
     timing = measure_step(workload.step, warmup=knobs.warmup, iters=knobs.iters, device=req.device)
@@ -85,16 +91,26 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
     graph = (measure_cuda_graph_replay(workload.step, iters=knobs.iters, device=req.device)
              if req.cuda_graph else NotApplicable(reason="CUDA-graph replay not requested"))
     regions, per_layer = resolve_tree(harness.spec, req.tree)
+    attention = _count_attention(workload.step, kernels) if req.tree == "eager" else None
     return MeasureResult(
         harness=req.harness, spec=harness.spec, tree=req.tree, regions=regions,
         per_layer_compile=per_layer, tokens=req.tokens, dtype=req.dtype,
-        ac_mode=harness.spec.ac_mode, fp32_precision=harness.spec.fp32_precision,
+        ac_mode=ac_mode, fp32_precision=harness.spec.fp32_precision,
         wall_ms=timing.median_ms, timing=timing,
         kernel_ms=kernels.total_ms_per_step, kernel_count=kernels.count_per_step,
         kernels=_top(kernels, 40), cuda_graph=graph,
         not_applicable=_not_applicable(timing=timing, kernels=kernels, graph=graph),
         provenance=collect_provenance(command=req.command or _argv(), seed=req.seed, target=Path(req.target)),
+        attention=attention,
     )
+
+
+def _count_attention(step: object, kernels: KernelTable) -> AttentionCount:
+    from phases.kit.attention import count_attention
+
+    names = tuple(dict.fromkeys(r.name.split("(")[0].removeprefix("void ") for r in kernels.rows
+                                if r.family == "attention"))  # a CUDA kernel's name carries its whole signature
+    return count_attention(step).model_copy(update={"kernels": names})
 
 
 def _not_applicable(*, timing: Timing, kernels: KernelTable, graph: Timing | NotApplicable) -> dict[str, str]:

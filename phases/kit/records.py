@@ -161,6 +161,30 @@ class Bandwidth(Record):
     label: str
 
 
+class GemmRate(Record):
+    """Achieved matmul rate: TFLOP/s = 2 * size^3 * reps / seconds / 1e12, measured here (the FLOP floor's rate)."""
+
+    tflops: float
+    size: int
+    reps: int
+    seconds: float
+    dtype: str
+    label: str
+
+
+class AttentionCount(Record):
+    """What one step's ``scaled_dot_product_attention`` calls must compute (matmul FLOPs from their shapes)."""
+
+    calls: int
+    shapes: tuple[str, ...]
+    """Distinct q/k/v shapes, each with causal, mask or full."""
+    flops_fwd: int
+    flops_fwdbwd: int
+    """Forward plus backward (twice the forward matmuls)."""
+    kernels: tuple[str, ...] = ()
+    """The profile's attention-family kernel (or host op) names: the backend that really ran."""
+
+
 class OpBytes(Record):
     """Bytes one aten op really reads and writes (tensor args in, tensor results out)."""
 

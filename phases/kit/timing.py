@@ -111,3 +111,23 @@ def time_host(step: Callable[[], object], *, iters: int) -> tuple[float, ...]:
         step()
         samples.append((time.perf_counter() - t0) * 1e3)
     return tuple(samples)
+
+
+def time_batch(call: Callable[[], object], reps: int, *, cuda: bool) -> float:
+    """Seconds for ``reps`` back-to-back calls: one CUDA event pair around them all (device synchronized on
+    both sides), or ``time.perf_counter`` on a host. For throughput probes (bandwidth, GEMM rate), not steps."""
+    if not cuda:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            call()
+        return time.perf_counter() - t0
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3

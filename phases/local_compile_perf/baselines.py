@@ -11,8 +11,13 @@ compile at token counts left out by ``--per-layer-tokens``.
 
 from __future__ import annotations
 
+from typing import Any
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
+from phases.kit.attention import GemmRateRequest
+from phases.kit.timing import is_cuda
+from phases.kit.workers import GEMM_RATE
+from phases.local_compile_perf import attention_floor
 from phases.local_compile_perf.confirmed import build_cells, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
@@ -39,10 +44,12 @@ def run(ctx: PhaseContext) -> PhaseResult:
     broken = [r for r in rows if r.status == "failed"]
     for row in rows:
         log(ctx, describe_row(row), kind="measurement")
+    gemm_rate, attention = check_attention(ctx, plan, rows)
     ctx.write_artifact("baselines.md", ctx.render("baselines.md.j2", plan=plan, rows=rows, traps=traps,
-                                                  runs=plan.sizes.runs, gpu_poll=answer["gpu_poll"]))
+                                                  runs=plan.sizes.runs, gpu_poll=answer["gpu_poll"],
+                                                  gemm_rate=gemm_rate, attention=attention))
     data = Baselines(traps=traps, rows=tuple(r.slim() for r in rows), gpu_poll=answer["gpu_poll"],
-                     orders=answer["orders"]).model_dump(mode="json")
+                     orders=answer["orders"], gemm_rate=gemm_rate, attention=tuple(attention)).model_dump(mode="json")
     if broken:
         return PhaseResult(outcome="failed", summary=f"baselines: {len(broken)} cell(s) FAILED", data=data,
                            issues=tuple(Issue(code="baseline_failed", message=f"{r.variant} at {r.tokens}: "
@@ -50,6 +57,24 @@ def run(ctx: PhaseContext) -> PhaseResult:
                                         for r in broken))
     return PhaseResult(outcome="passed", summary=f"baselines: {sum(r.status == 'measured' for r in rows)} cells "
                                                  f"measured, {plan.sizes.runs} fresh processes each", data=data)
+
+
+def check_attention(ctx: PhaseContext, plan: Plan, rows: list[Cell]) -> tuple[dict[str, Any] | None, list]:
+    """The GEMM rate measured here and one attention-vs-FLOP-floor row per eager cell (none without SDPA)."""
+    if not attention_floor.eager_cells_with_attention(rows):
+        log(ctx, "attention vs FLOP floor: no scaled_dot_product_attention call in the eager step (eager "
+                 "matmuls or another kernel): no floor", kind="measurement")
+        return None, []
+    rate = ctx.call(GEMM_RATE, GemmRateRequest(device=plan.device), label="gemm rate").model_dump(mode="json")
+    ctx.record_measurement(name="gemm_rate_tflops", unit="TFLOP/s", samples=[rate["tflops"]],
+                           provenance={"command": f"{GEMM_RATE.ref} device={plan.device}",
+                                       "device_name": plan.device_name, "torch": plan.torch, "seed": 0,
+                                       "target_commit": ctx.base["commit"]},
+                           labels={k: rate[k] for k in ("size", "reps", "seconds", "dtype", "label")})
+    floors = attention_floor.floor_rows(rows, rate, cuda=is_cuda(plan.device))
+    for row in floors:
+        log(ctx, attention_floor.describe(row), kind="measurement")
+    return rate, floors
 
 
 def trees_for(plan: Plan) -> list[tuple[str, str, tuple[int, ...]]]:

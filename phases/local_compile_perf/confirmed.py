@@ -81,7 +81,7 @@ def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], 
                 cited=cited, not_applicable=not_applicable, kernel_count=first["kernel_count"],
                 families=first["kernels"]["families"], regions=first["regions"], peak_gib=_peak(results),
                 provenance=first["provenance"], spec=first["spec"],
-                compile_ms=[r["timing"]["compile_ms"] for r in results])
+                compile_ms=[r["timing"]["compile_ms"] for r in results], attention=first.get("attention"))
 
 
 def _peak(results: list[dict[str, Any]]) -> float | None:

@@ -156,10 +156,30 @@ class Cell(Record):
     """Command, device, versions, commit (None in the slim copies phases hand on)."""
     spec: dict[str, Any] | None = None
     candidate_id: str | None = None
+    attention: dict[str, Any] | None = None
+    """The eager tree's kit AttentionCount (first process): FLOPs per step and the backend's kernel names."""
 
     def slim(self) -> "Cell":
         """The cell without its bulky provenance (that is in the measurement events)."""
         return self.model_copy(update={"provenance": None, "spec": None})
+
+
+class AttentionFloor(Record):
+    """Step 1's attention check at one token count: eager attention time against its FLOP floor."""
+
+    tokens: int
+    calls: int
+    shapes: tuple[str, ...]
+    flops_fwdbwd: int
+    floor_ms: float
+    """flops_fwdbwd at the GEMM rate measured on this device."""
+    measured_ms: float
+    """The eager profile's attention family, per step."""
+    ratio: float
+    largest: bool
+    """Attention is the eager step's largest kernel family."""
+    kernels: tuple[str, ...]
+    note: str
 
 
 class Baselines(Record):
@@ -169,6 +189,9 @@ class Baselines(Record):
     rows: tuple[Cell, ...]
     gpu_poll: str
     orders: tuple[tuple[str, ...], ...]
+    gemm_rate: dict[str, Any] | None = None
+    """The kit GemmRate the attention floor divides by (None before this check existed, or with no SDPA call)."""
+    attention: tuple[AttentionFloor, ...] = ()
 
 
 CheckStatus = Literal["PASS", "FAIL", "UNRUN"]

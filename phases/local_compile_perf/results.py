@@ -263,6 +263,12 @@ class StackCode(Record):
     call_floor_ms: float | None
     ops: tuple[dict[str, Any], ...]
     """stack_code.judge_op per glue op (compiled, ideal, measured, best known, blocker): a report table."""
+    cold_compile: dict[str, Any] | None = None
+    """cold_compile.measure_cold_compile: each region's compile seconds with Inductor's caches off (None: a record
+    from before it)."""
+    under_ac: dict[str, Any] | None = None
+    """ac_retime.measure_under_ac: the stack against per-layer compile of main under selective AC (None: the
+    recipe's own mode is selective, or a record from before it)."""
 
 
 class RewriteDeltas(Record):

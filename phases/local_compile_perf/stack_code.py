@@ -9,7 +9,9 @@ are the findings' headline (the baselines phase's rows are another session's). I
 ops are then timed as the stack runs them (compiled where a region is enabled) against
 their ideal times, and each op still far from its ideal gets what blocks it: the traffic the eager ops move against the
 boundary bytes, whether it is compiled at all, and the agent's ``blocker:`` notes.
-Measured once per stack tip (record ``stack_code``); a re-run of findings reuses it.
+Each region's cold compile is timed beside (cold_compile.py), and the stack again under selective
+activation checkpointing (ac_retime.py). Measured once per stack tip (record
+``stack_code``); a re-run of findings reuses it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext
 from phases.kit.ideal import ideal_ms
+from phases.local_compile_perf.ac_retime import measure_under_ac
 from phases.local_compile_perf.candidates import in_checkout
+from phases.local_compile_perf.cold_compile import measure_cold_compile
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
 from phases.local_compile_perf.records import Cell, Plan
 from phases.local_compile_perf.results import StackCode
@@ -58,6 +62,8 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
         glue = GlueRequest(harness=plan.harness, device=plan.device, tokens=max(plan.tokens), regions=regions,
                            timing=plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)}))
         answer = ctx.call(*in_checkout(str(path), GLUE, glue), label="stack glue ops").model_dump(mode="json")
+        cold = measure_cold_compile(ctx, plan, str(path), regions)
+        under_ac = measure_under_ac(ctx, plan, main=str(ctx.target), stack=str(path))
     finally:
         remove_worktree(ctx.target, path)
     blockers = [n["text"] for n in ctx.notes() if n["text"].startswith("blocker:")]
@@ -66,7 +72,8 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     record = {"commit": tip, "tokens": list(tokens), "regions": list(regions),
               "rows": [r.slim().model_dump(mode="json") for r in rows],
               "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
-              "call_floor_ms": floor, "ops": ops}
+              "call_floor_ms": floor, "ops": ops, "cold_compile": cold,
+              "under_ac": under_ac}
     ctx.add_record("stack_code", record)
     return record
 

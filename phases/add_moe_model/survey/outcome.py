@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from phases.add_moe_model import fixability_numerics
 from phases.add_moe_model.fixability import clearable_note
-from phases.add_moe_model.records import Numerics, Parallelism, Results
+from phases.add_moe_model.records import Numerics, Parallelism, Results, diagnostic_result
 from phases.add_moe_model.tier_text import tier_text
 from phases.add_moe_model.work.error_origin import plumbing_failure
 from phases.add_moe_model.workspace import EXP
@@ -209,7 +209,7 @@ def numerics_summary(numerics: Numerics | None) -> dict[str, Any] | None:
     if numerics is None:
         return None
     verdict = numerics.verdict
-    fp32 = next((r for r in numerics.results if r.dtype == "float32"), None)
+    fp32 = diagnostic_result(numerics)
     firm = verdict.firmness or {}
     tier = verdict.status
     return {"tier": tier, "tier_shown": tier_text(tier, firm), "kl": verdict.kl,

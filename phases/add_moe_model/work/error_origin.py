@@ -2,11 +2,14 @@
 
 torch's own Python frames are passed over (they report a misuse by their caller), so
 the innermost frame in transformers, the target's torchtitan, or this project decides.
-A fix belongs to the agent only when that frame is the target's experiment folder.
+A fix belongs to the agent only when that frame is the target's experiment folder. One
+exception: an attribute missing on an object of a torchtitan class is that class's to
+supply, wherever the read was (transformers reading a config the experiment folder built).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import traceback
 from typing import Literal
@@ -27,6 +30,9 @@ def describe_error(exc: BaseException) -> str:
 
 def error_origin(exc: BaseException) -> tuple[Origin, str]:
     """(origin, "path:line function") of the innermost frame outside torch; ("other", "") with no frames."""
+    owner = _missing_attribute_owner(exc)
+    if owner is not None:
+        return owner
     frames = traceback.extract_tb(exc.__traceback__)
     seen_torch = None
     for frame in reversed(frames):
@@ -40,6 +46,24 @@ def error_origin(exc: BaseException) -> tuple[Origin, str]:
                 return origin, where
         return "other", where
     return ("torch", seen_torch) if seen_torch else ("other", "")
+
+
+def _missing_attribute_owner(exc: BaseException) -> tuple[Origin, str] | None:
+    """("target", "path:line Class (no 'name')") when ``exc`` is an attribute missing on an instance of a class
+    torchtitan defines: the class lacks what its reader needs (JambaModel reads layers_block_type, a property of
+    JambaConfig, from the experiment folder's Config)."""
+    obj = getattr(exc, "obj", None) if isinstance(exc, AttributeError) else None
+    if obj is None:
+        return None
+    cls = type(obj)
+    try:
+        path, line = inspect.getsourcefile(cls), inspect.getsourcelines(cls)[1]
+    except (TypeError, OSError):
+        return None
+    path = (path or "").replace("\\", "/")
+    if "/torchtitan/" not in path:
+        return None
+    return "target", f"{_short(path)}:{line} {cls.__qualname__} (has no {exc.name!r})"
 
 
 def _short(path: str) -> str:

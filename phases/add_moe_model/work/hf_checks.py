@@ -44,6 +44,31 @@ def probe_moe_site(layer: Any) -> tuple[str | None, Any | None]:
     return None, None
 
 
+MOE_CLASS = re.compile(r"MoE|Moe|Experts")
+
+
+def check_unrecognized_moe(layers: list[Any]) -> list[CompatIssue]:
+    """An MoE-named block with no router + experts Titan's MoE could hold (Doge's product-key retrieval MoE:
+    a key projection and expert embedding tables) is a form Titan's MoE lacks: a core finding, not a dense model."""
+    for index, layer in enumerate(layers):
+        for name, child in layer.named_children():
+            if MOE_CLASS.search(type(child).__name__):
+                parts = ", ".join(f"{n} {type(m).__name__}{_dims(m)}" for n, m in child.named_children()) or "none"
+                return [CompatIssue(
+                    code="moe_form_unsupported",
+                    message=(f"layer {index}'s {name} is {type(child).__name__}, an MoE block with no router "
+                             f"(gate/router) and experts that Titan's MoE could hold (its parts: {parts}); Titan's "
+                             "MoE is a token-choice router over grouped experts and has no such form"),
+                    fix_location=f"{TITAN_MOE} (MoE), outside the experiment folder: a new MoE form, a core change",
+                    severity="core")]
+    return []
+
+
+def _dims(module: Any) -> str:
+    weight = getattr(module, "weight", None)
+    return f" weight {tuple(weight.shape)}" if weight is not None and hasattr(weight, "shape") else ""
+
+
 def _holds_experts(block: Any) -> bool:
     if hasattr(block, "experts"):
         return True

@@ -35,6 +35,8 @@ def resolve_moe_mechanism(config: Any) -> str:
         return "moe_layers"
     if hasattr(config, "enable_moe_block"):
         return "enable_moe_block"
+    if read_field(config, "expert_layer_period") is not None:
+        return "expert_layer_period"
     return "all_layers"
 
 
@@ -57,6 +59,9 @@ def predict_moe_layers(config: Any) -> list[int]:
         return [i for i in range(n) if (i + 1) % step == 0]
     if mechanism == "enable_moe_block":
         return list(range(n)) if config.enable_moe_block else []
+    if mechanism == "expert_layer_period":  # jamba: experts where i % period == offset
+        period, offset = int(config.expert_layer_period), int(read_field(config, "expert_layer_offset") or 0)
+        return [i for i in range(n) if period > 0 and i % period == offset]
     return list(range(n))
 
 

@@ -1,7 +1,7 @@
 """Where a config keeps its experts, and the MoE form of a config class's defaults (worker side).
 
 Some config classes default to a dense model although every published checkpoint is MoE
-(gemma4_text: ``enable_moe_block=False``; dots1: ``n_routed_experts=None``), and some keep
+(gemma4_text: ``enable_moe_block=False``; doge: ``is_moe=False``; dots1: ``n_routed_experts=None``), and some keep
 the expert count in a sub-config (dbrx: ``ffn_config.moe_num_experts``). ``type:<model_type>``
 means the class's defaults in their MoE form: the switches the class's ``__init__`` reads are
 turned on (8 experts, top-2, the MoE block enabled, with the expert sizes the block multiplies
@@ -17,6 +17,10 @@ from phases.add_moe_model.work.config_fields import (
 )
 
 
+MOE_SWITCHES = ("enable_moe_block", "is_moe")
+"""Boolean config fields whose False default leaves a class's MoE block out."""
+
+
 def moe_form_kwargs(model_type: str) -> dict[str, Any]:
     """kwargs that turn the defaults of ``model_type`` into an MoE model ({} when they already are)."""
     from transformers import AutoConfig
@@ -24,8 +28,7 @@ def moe_form_kwargs(model_type: str) -> dict[str, Any]:
     defaults = AutoConfig.for_model(model_type)
     keys = config_init_keys(model_type)
     switches: dict[str, Any] = {}
-    if read_field(defaults, "enable_moe_block") is False and "enable_moe_block" in keys:
-        switches["enable_moe_block"] = True
+    switches.update({k: True for k in MOE_SWITCHES if k in keys and read_field(defaults, k) is False})
     if expert_count(defaults) is None:
         switches.update({k: 8 for k in EXPERT_COUNT_KEYS if k in keys and read_field(defaults, k) is None})
         switches.update({k: 2 for k in TOP_K_KEYS if k in keys and read_field(defaults, k) is None})

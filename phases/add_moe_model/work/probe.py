@@ -134,6 +134,8 @@ def _check_layer_plan(scan: list[dict], predicted: list[int], *, built: int) -> 
     seen = [r["index"] for r in scan if r["attr"] is not None]
     expected = [i for i in predicted if i < built]
     notes = [f"built {built} of the real layers on meta; MoE layers beyond them follow the config's mechanism"]
+    if not seen and (unrecognized := hf_checks.check_unrecognized_moe([r["layer"] for r in scan])):
+        return unrecognized, notes
     if seen == expected:
         return [], notes
     if not seen:

@@ -36,6 +36,7 @@ class TreeRequest(HarnessRequest):
     tree: str
     tokens: tuple[int, ...]
     timing: TimingKnobs
+    ac_mode: str | None = None
 
 
 class Variant(BaseModel):
@@ -47,6 +48,10 @@ class Variant(BaseModel):
     checkout: str
     tree: str
     tokens: tuple[int, ...]
+    ac_mode: str | None = None
+    """Activation checkpointing (none, full, selective); None = the harness's recipe mode."""
+    env: dict[str, str] = {}
+    """Set in this variant's fresh processes only (e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for a cold compile)."""
 
 
 class ConfirmRequest(HarnessRequest):
@@ -87,7 +92,7 @@ def measure_tokens(req: TreeRequest) -> dict[str, Any]:
         report(f"measuring {req.tree} at {tokens} tokens")
         result = measure_tree(MeasureRequest(
             harness=req.harness, tree=req.tree, tokens=tokens, device=req.device, timing=req.timing,
-            seed=req.seed, cuda_graph=True,
+            seed=req.seed, cuda_graph=True, ac_mode=req.ac_mode,
             target=os.getcwd(), command=" ".join([sys.executable, "-m", __name__, *sys.argv[1:]])))
         results[str(tokens)] = result.model_dump(mode="json")
     return results
@@ -113,14 +118,15 @@ def confirm_variants_worker(request: dict) -> dict:
         for name, variant in by_name.items():
             path = Path(tmp, f"{name}.json")
             path.write_text(TreeRequest(harness=req.harness, tree=variant.tree, tokens=variant.tokens,
-                                        device=req.device, timing=req.timing, seed=req.seed).model_dump_json())
+                                        device=req.device, timing=req.timing, seed=req.seed,
+                                        ac_mode=variant.ac_mode).model_dump_json())
             commands[name] = build_command(path)
         eta = Eta(len(orders) * len(by_name))
         for index, order in enumerate(orders):
             for name in order:
                 report(f"fresh process {index + 1}/{req.runs} of {name} at {list(by_name[name].tokens)} tokens "
                        f"({eta.describe()})")
-                runs[name].append(_run_in(by_name[name].checkout, commands[name], index=index, poll=poll,
+                runs[name].append(_run_in(by_name[name], commands[name], index=index, poll=poll,
                                           timeout_s=req.timeout_s, run_once=run_once))
                 eta.step_done()
     return ConfirmResponse(
@@ -130,11 +136,13 @@ def confirm_variants_worker(request: dict) -> dict:
     ).model_dump(mode="json")
 
 
-def _run_in(checkout: str, command: list[str], *, index: int, poll: bool, timeout_s: float, run_once: Any) -> dict:
-    """One fresh process with cwd and PYTHONPATH on ``checkout`` (never the main checkout by accident)."""
-    here = os.getcwd()
+def _run_in(variant: Variant, command: list[str], *, index: int, poll: bool, timeout_s: float,
+            run_once: Any) -> dict:
+    """One fresh process with cwd and PYTHONPATH on the variant's checkout (never the main checkout by accident)."""
+    here, checkout = os.getcwd(), variant.checkout
     project = str(Path(__file__).resolve().parents[3])
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [checkout, project, os.environ.get("PYTHONPATH")]))}
+    env = {**variant.env,
+           "PYTHONPATH": os.pathsep.join(filter(None, [checkout, project, os.environ.get("PYTHONPATH")]))}
     os.chdir(checkout)
     try:
         return run_once(command, index=index, env=env, poll_gpu=poll, timeout_s=timeout_s).model_dump(mode="json")
