@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from phases.add_moe_model.config_entry import ConfigEntryError, check_only_model_configs_changed, upsert_model_config
+from phases.add_moe_model.records import NeEntryWritten
 from phases.add_moe_model.synthetic_config import NE_PATH, rules_broken, write_entry
 from tests.conftest import make_repo
 
@@ -86,7 +87,7 @@ def test_write_entry_edits_ne_in_a_real_git_repo(tmp_path: Path) -> None:
     before = repo.git.show(f"HEAD:{NE_PATH}") + "\n"
     after = (tmp_path / "target" / NE_PATH).read_text()
     assert check_only_model_configs_changed(before, after, model_type="olmoe") == []
-    assert ctx.events == [("ne_entry_written", {"path": NE_PATH, "model_type": "olmoe"})]
+    assert ctx.events == [("ne_entry_written", NeEntryWritten(path=NE_PATH, model_type="olmoe"))]
     assert ctx.artifacts == {}
 
 
