@@ -59,6 +59,7 @@ def test_the_same_op_check_sees_outputs_and_grads() -> None:
 def test_a_faster_best_known_kernel_is_offered_and_shown_in_the_reports() -> None:
     from phases.local_compile_perf.ideal_times import build_gap_rows
     from phases.local_compile_perf.pick_fix import best_known_offers
+    from phases.local_compile_perf.results import GlueRow
     from phases.local_compile_perf.stack_code import judge_op
 
     best = {"kernel": "liger_kernel.ops.rms_norm.LigerRMSNormFunction", "source": "liger-kernel 0.8.5",
@@ -70,7 +71,7 @@ def test_a_faster_best_known_kernel_is_offered_and_shown_in_the_reports() -> Non
     (row,) = build_gap_rows([op], bandwidth_tbs=1.0)
     assert row["best_known_ms"] == pytest.approx(0.6) and row["measured_ms"] == pytest.approx(1.5)
     assert row["best_known"].startswith("LigerRMSNormFunction (liger-kernel 0.8.5")
-    (offer,) = best_known_offers([row])
+    (offer,) = best_known_offers([GlueRow.model_validate(row)])
     assert offer.startswith("rms_norm: LigerRMSNormFunction") and "0.6000 ms/step against 1.5000" in offer
     judged = judge_op(op, 1.0, [], floor_ms=None)
     assert judged["best_known_ms"] == pytest.approx(0.15)  # the device time, as the op's own

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.phase_api import Issue, PhaseResult
 from orchestrator.workflow import PhaseSpec, Prepared, Submission, Workflow
 from phases.local_compile_perf.candidates import CandidateArgs
+from phases.local_compile_perf.records import Candidate
 
 
 class Options(BaseModel):
@@ -47,4 +48,5 @@ WORKFLOW = Workflow(
     phases=(PhaseSpec(name="pick", module="tests.toyflow.branchflow", allowed_paths=("allowed/",)),),
     submissions={"candidate": Submission(phase="pick", args=CandidateArgs, noun="candidates",
                                          check="phases.local_compile_perf.candidates:accept_candidate")},
+    records={"candidate_submitted": Candidate},  # the kind the candidate check records
 )
