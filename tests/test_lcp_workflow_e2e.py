@@ -172,6 +172,13 @@ def check_floor_and_cold_compile(snapshot: dict, baselines: str, findings: str) 
     assert "Under selective activation checkpointing around each layer (the recipe's mode is none)" in findings
     assert "re-timing under selective" not in findings
     assert "tokens attention (eager):" in findings and "attention against its FLOP floor" not in findings
+    # the stack's bar, from the same interleaved cells, and on a host timer indicative only
+    assert "The bar: glue at least 30% under per-layer compile of main at every per-layer token count" in findings
+    bar_line = next(line for line in findings.splitlines() if line.startswith("The bar:"))
+    assert bar_line.endswith("(indicative: host timer).")
+    for t in code["per_tokens"]:
+        main, stack = t["per_layer_main"]["glue_ms"], t["regions_stack"]["glue_ms"]
+        assert f"| {t['tokens']} | {main:.3f} / " in findings and f"| {stack:.3f} / " in findings
 
 
 def check_reports_can_be_trusted(snapshot: dict, artifacts: Path) -> None:

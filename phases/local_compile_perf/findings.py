@@ -16,6 +16,7 @@ from typing import Any
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.devlog import log
+from phases.local_compile_perf.glue_bar import judge_glue_bar
 from phases.local_compile_perf.pr_lint import lint_pr_text
 from phases.local_compile_perf.records import Baselines, Plan
 from phases.local_compile_perf.results import CandidateVerdict, IdealTimes, PrDecision
@@ -72,7 +73,15 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
             "attention": baselines_result.attention, "feedback": collect_feedback(ctx), "linear": linear,
             "runs": plan.sizes.runs,
             "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
+            "glue_bar": glue_bar_of(stack_code),
             "rewrite_deltas": deltas}
+
+
+def glue_bar_of(stack_code: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The stack's bar (glue_bar.py) from the stack code's interleaved cells and glue-op table."""
+    if not stack_code:
+        return None
+    return judge_glue_bar(stack_code["per_tokens"], stack_code["ops"], glue_tokens=stack_code["glue_tokens"])
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
