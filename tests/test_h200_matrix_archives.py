@@ -35,11 +35,12 @@ def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-def audit_all(invoke, monkeypatch, anchors: Path, state: Path) -> int:
+def audit_all(invoke, monkeypatch, anchors: Path, state: Path, *, schema: bool = False) -> int:
+    """Audit every run under ``state`` (``schema``: record payloads against their declared models too)."""
     monkeypatch.setenv("ORCHESTRATOR_ANCHOR_DIR", str(anchors))
     runs = sorted(p.name for p in (state / "runs").iterdir())
     for run_id in runs:
-        result = invoke("audit", run_id, "--state-dir", str(state), "--json")
+        result = invoke("audit", run_id, "--state-dir", str(state), "--json", *(["--schema"] if schema else []))
         body = json.loads(result.output)
         assert body["signed_by"].startswith("ed25519 key "), result.output
         assert [f for f in body["findings"] if not open_patch_mid_gap_analysis(f, state / "runs" / run_id)] == []

@@ -1,5 +1,5 @@
-"""The CUDA matrix of 2026-12-03 (bench/results/2026-12-03-h200-all), run after the structure-26 merge: every
-run audits here with the public key alone; the survey has no error and finished within ten minutes; README
+"""The CUDA matrix of 2026-12-03 (bench/results/2026-12-03-h200-all), run with typed results and records: every
+run audits here with the public key alone, record payloads included (--schema); the survey has no error and finished within ten minutes; README
 command 1 trained on one GPU; the main snapshot's models have the upstream tiers; docs/survey-h200.md is the
 survey's table."""
 
@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 from tests.test_h200_matrix_archives import assert_one_gpu_row_trained_on_cuda, assert_upstream_tiers_on_cuda, audit_all
 
 FOLDER = ROOT / "bench/results/2026-12-03-h200-all"
-README_RUN = "add-moe-model-20261203-161005-d4fc"
+README_RUN = "add-moe-model-20261203-195405-299d"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_every_run_audits_and_the_survey_has_no_error(unpacked, invoke, monkeypa
     body = json.loads((unpacked / "survey-state" / "survey" / "survey.json").read_text())
     assert len(body["rows"]) == 64 and body["counts"]["error"] == 0 and body["seconds"] <= 600, body["counts"]
     assert body["device"] == "cuda"
-    audited = [audit_all(invoke, monkeypatch, unpacked / "anchors", unpacked / part)
+    audited = [audit_all(invoke, monkeypatch, unpacked / "anchors", unpacked / part, schema=True)
                for part in ("survey-state", "main-state")]
     assert audited == [52, 8]
 
