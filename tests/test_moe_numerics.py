@@ -21,7 +21,7 @@ import pytest
 from orchestrator.phase_api import PhaseResult
 from orchestrator.templates_dir import templates_dir
 from phases.add_moe_model import numerics as phase
-from phases.add_moe_model.records import Numerics
+from phases.add_moe_model.records import Numerics, Probe
 from phases.add_moe_model.survey.outcome import numerics_summary
 from phases.add_moe_model.work.firmness import judge_edge
 from phases.add_moe_model.work.kl import classify_kl
@@ -183,6 +183,9 @@ class _Ctx:
     def progress(self, message: str) -> None:
         pass
 
+    def result(self, phase_name: str, model: Any) -> Any:
+        return model.model_validate(self.results[phase_name])
+
     def add_record(self, kind: str, record: dict) -> None:
         self.records.append((kind, record))
 
@@ -267,7 +270,8 @@ def test_gemma4_fails_and_the_fp32_diagnostic_flags_a_semantic_gap() -> None:
     probe = {"strict_load": "FAIL", "issues": [{"code": "router_scale_ignored", "severity": "core", "fix_location": "x",
                                                 "message": "Gemma4TextRouter scales routing with ['scale', "
                                                            "'per_expert_scale']"}]}
-    decided = phase.decide([CompareResult.model_validate(r) for r in out["results"]], probe=probe)
+    decided = phase.decide([CompareResult.model_validate(r) for r in out["results"]],
+                           probe=Probe.model_validate({"model_type": "gemma4_text", **probe}))
     assert decided.route == "gap" and decided.data["diagnostic_flags"], decided.summary
     assert decided.outcome == "needs_human" and decided.issues[0].code == "titan_lacks_converted_keys"
 
