@@ -14,6 +14,8 @@
 set -euo pipefail
 step=${1:?check, start, combine RUN [NAME] or finish RUN}
 wheels=${WHEELS:-state/workspaces/lcp-device/whl}
+ls "$wheels"/liger_kernel-*.whl >/dev/null 2>&1 ||
+  echo "note: no liger_kernel wheel in $wheels: the best-known columns will say it is not installed" >&2
 if ls "$wheels"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl
   export PYTHONPATH=/tmp/site
