@@ -1,7 +1,7 @@
-"""The CUDA matrix of 2026-12-03 (bench/results/2026-12-03-h200-all), run with typed results and records: every
-run audits here with the public key alone, record payloads included (--schema); the survey has no error and finished within ten minutes; README
-command 1 trained on one GPU; the main snapshot's models have the upstream tiers; docs/survey-h200.md is the
-survey's table."""
+"""The CUDA matrix of 2026-12-03 (bench/results/2026-12-03-h200-all), run with typed results and records:
+every run audits here with the public key alone, record payloads included (--schema); the survey has no error
+and finished within ten minutes; README command 1 trained on one GPU; the main snapshot's models have the
+upstream tiers; docs/survey-h200.md is the survey's table."""
 
 from __future__ import annotations
 
