@@ -116,5 +116,7 @@ def test_not_tested_says_why_a_best_known_kernel_was_not_timed_here() -> None:
     floor = ({"tokens": 16},)  # the eager step's attention was checked against its floor
     assert not_tested({"ops": ops}, floor) == (*NOT_TESTED, f"best-known kernel: {cpu}")
     assert not_tested(None, floor) == NOT_TESTED
-    assert not any("Liger" in n and "not benchmarked" in n and "other than" not in n for n in NOT_TESTED)
+    assert all(" needs " in n or "no wheel" in n for n in NOT_TESTED), "each item says why this hardware cannot show it"
+    overrides = not_tested(None, floor, ("moe_fused",))
+    assert overrides[-1].startswith("the target's own fused overrides (moe_fused)") and len(overrides) == 3
     assert not_tested(None)[-1].startswith("attention against its FLOP floor: the eager step made no")

@@ -25,20 +25,26 @@ from phases.local_compile_perf.skill_feedback import collect_feedback
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
 from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code
 
-NOT_TESTED = ("best-known kernels other than Liger-Kernel's RMSNorm, SwiGLU and RoPE (quack, Transformer Engine, "
-              "FA4, the target's own fused overrides) were not benchmarked",
-              "TP / EP on real ranks (only a fake-process-group build check at world 8: shapes, graphs, a "
-              "zero-token rank; no numerics) and PP")
+NOT_TESTED = ("best-known kernels beyond Liger-Kernel's RMSNorm, SwiGLU and RoPE: the workflow has no adapter "
+              "for quack or FA4 (both need nvidia-cutlass-dsl's CUDA 13 libraries, a 92 MB wheel that cannot travel "
+              "to the project's H200, which has no network) nor for Transformer Engine (its PyTorch extension ships "
+              "no wheel: it builds from source against the installed torch and CUDA toolkit)",
+              "TP / EP on real ranks and PP: world 8 needs eight GPUs, and multi-GPU FSDP / TP / EP needs torch >= "
+              "2.14, which neither the project's CPU pin nor its H200 has; a fake-process-group build check at "
+              "world 8 ran instead (shapes, graphs, a zero-token rank; no numerics)")
 
 
-def not_tested(stack_code: dict[str, Any] | None, attention: tuple = ()) -> tuple[str, ...]:
-    """What the findings did not show: the fixed list, why an op's best-known kernel was not timed here, and the
-    attention floor when the eager step made no SDPA call to count."""
+def not_tested(stack_code: dict[str, Any] | None, attention: tuple = (), overrides: tuple = ()) -> tuple[str, ...]:
+    """What the findings did not show, each with why: the fixed list, why an op's best-known kernel was not timed
+    here, the target's own fused overrides (the plan's inventory), and the attention floor when the eager step made
+    no SDPA call to count."""
     unrun = sorted({o["best_known"] for o in (stack_code or {}).get("ops", [])
                     if o.get("best_known_ms") is None and "runs on CUDA only" in (o.get("best_known") or "")})
     floor = () if attention else ("attention against its FLOP floor: the eager step made no "
                                   "scaled_dot_product_attention call to count",)
-    return (*NOT_TESTED, *floor, *(f"best-known kernel: {reason}" for reason in unrun))
+    fused = (f"the target's own fused overrides ({', '.join(overrides)}): the workflow has no adapter that calls "
+             "them on a region's arguments",) if overrides else ()
+    return (*NOT_TESTED, *fused, *floor, *(f"best-known kernel: {reason}" for reason in unrun))
 
 
 def side_by_side(stack_code: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -69,7 +75,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
               and (v["numbers"].get("limit_hit") or not v["numbers"])]
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
     return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context, "rejected": rejected,
-            "limits": limits, "not_tested": not_tested(stack_code, baselines_result.attention),
+            "limits": limits, "not_tested": not_tested(stack_code, baselines_result.attention,
+                                                  tuple(plan.inventory.get("override_kernels") or ())),
             "attention": baselines_result.attention, "feedback": collect_feedback(ctx), "linear": linear,
             "runs": plan.sizes.runs,
             "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
