@@ -6,9 +6,10 @@
 2. events appended per second through the engine's own API, one event per write (its Ed25519-signed
    head on its line and in the anchor; one fsync), vs a bare fsync'd JSONL append: rounds side by
    side, the ratio is the median of the rounds' ratios                (goal >= 0.5 of it);
-   beside them the same syscalls without any of our code (the ceiling of this design on this disk)
-   and the two syncs of the design before (anchor fdatasync'd, then the line fsync'd), and the CPU time
-   per write (the part of the engine's cost that the disk's speed does not change)
+   beside them the same writes signed through OpenSSL instead of libsodium, the same syscalls
+   without any of our code (the ceiling of this design on this disk) and the two syncs of the design
+   before (anchor fdatasync'd, then the line fsync'd), and the CPU time per write (the part of the
+   engine's cost that the disk's speed does not change)
 3. `orchestrator audit` on a run of N events, signed head included (goal <= 2 s for 100,000)
 """
 
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -110,6 +112,24 @@ def syncs_rate(tmp: Path, n: int, *, head_synced: bool) -> float:
         log.unlink()
 
 
+def signed_through_openssl(measure: Callable[[], float]) -> float:
+    """``measure()`` with the writer's key signing through OpenSSL (``cryptography``, the signer before
+    libsodium) instead: the same Ed25519 signatures, so the trail verifies alike. 0 when it is not installed."""
+    from orchestrator.trail import signing
+
+    try:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    except ImportError:
+        return 0.0
+    path = signing.anchor_dir() / signing.PRIVATE_NAME
+    ours = signing.signing_key()
+    signing._PRIVATE[path] = Ed25519PrivateKey.from_private_bytes(path.read_bytes())
+    try:
+        return measure()
+    finally:
+        signing._PRIVATE[path] = ours
+
+
 def append_ratios(tmp: Path, *, rounds: int, n: int) -> dict[str, float]:
     """Events/s of the bare floor, the engine, its syscalls alone and the two syncs before, and each one's
     median ratio to the floor.
@@ -117,17 +137,18 @@ def append_ratios(tmp: Path, *, rounds: int, n: int) -> dict[str, float]:
     ``rounds`` rounds of ``n`` events each; the order turns round each time, so that a disk that gets busier
     or quieter during the run hits all alike.
     """
-    rates: dict[str, list[float]] = {"bare": [], "engine": [], "one_sync": [], "two_syncs": []}
+    rates: dict[str, list[float]] = {"bare": [], "engine": [], "openssl": [], "one_sync": [], "two_syncs": []}
     cpu: list[tuple[float, float]] = []
     runs = {"bare": lambda i: bare_fsync_rate(tmp / f"bare-{i}.jsonl", n),
             "engine": lambda i: make_run(tmp / f"single-{i}", n, cpu=cpu)[1],
+            "openssl": lambda i: signed_through_openssl(lambda: make_run(tmp / f"openssl-{i}", n)[1]),
             "one_sync": lambda i: syncs_rate(tmp, n, head_synced=False),
             "two_syncs": lambda i: syncs_rate(tmp, n, head_synced=True)}
     for index in range(rounds):
         for name in (list(runs) if index % 2 == 0 else list(runs)[::-1]):
             rates[name].append(runs[name](index))
     result = {name: statistics.median(values) for name, values in rates.items()}
-    for name in ("engine", "one_sync", "two_syncs"):
+    for name in ("engine", "openssl", "one_sync", "two_syncs"):
         result[f"{name}_ratio"] = statistics.median(r / b for r, b in zip(rates[name], rates["bare"]))
     result["engine_user_us"] = statistics.median(u for u, _ in cpu) * 1e6
     result["engine_system_us"] = statistics.median(s for _, s in cpu) * 1e6
@@ -168,7 +189,8 @@ def main() -> None:
           f"(head + fdatasync, then line + fsync): {appended['two_syncs']:,.0f}/s -> "
           f"{appended['two_syncs_ratio']:.2f}\n  CPU per signed write of one event: user "
           f"{appended['engine_user_us']:.0f} us (our code and the signing, the caller's model included), system "
-          f"{appended['engine_system_us']:.0f} us")
+          f"{appended['engine_system_us']:.0f} us\n  the same writes signed through OpenSSL (`cryptography`, "
+          f"the signer before libsodium): {appended['openssl']:,.0f}/s -> {appended['openssl_ratio']:.2f} of the floor")
     print(f"append, group commit of 20 events per fsync: {grouped:,.0f} events/s")
     print(f"audit of {args.events:,} events: {audit_s:.2f} s (goal <= 2 s); "
           f"with --schema (pydantic per event): {audit_schema_s:.2f} s\n  {signed_by}")

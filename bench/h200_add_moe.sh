@@ -19,7 +19,7 @@
 #     multiprocess==0.70.18 fsspec==2026.2.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
 #     typing-inspection==0.4.5 typing_extensions==4.16.0 GitPython==3.2.1 gitdb==4.0.12 smmap==5.0.3 \
 #     transitions==0.9.3 orjson==3.13.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 \
-#     referencing==0.37.0 rpds-py==2026.9.1
+#     referencing==0.37.0 rpds-py==2026.9.1 PyNaCl==1.6.2 cffi==2.1.1 pycparser==3.12 liger_kernel==0.8.5 packaging==26.4
 # and run `cd $D/src && bash bench/h200_add_moe.sh` with carry [$D] (about 10 MiB).
 set -uo pipefail
 out=${OUT:-/tmp/h200-add-moe-out}

@@ -13,7 +13,8 @@ from tests.conftest import ROOT, cli
 
 CLICK_ONLY = "import sys; sys.argv = ['orchestrator'] + sys.argv[1:]; from orchestrator.cli import main; main()"
 LEAN = ("import atexit, sys; atexit.register(lambda: print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'click', 'cryptography', 'pydantic', 'transitions', 'rich', 'hashlib', 'filelock', 'git', 'jinja2'}) + "
+        "{'click', 'cryptography', 'nacl', 'pydantic', 'transitions', 'rich', 'hashlib', 'filelock', 'git', "
+        "'jinja2'}) + "
         "sorted(m for m in sys.modules if m.startswith(('orchestrator.trail.anchor', 'orchestrator.trail.signing', "
         "'orchestrator.trail.writer', 'orchestrator.workflow', 'orchestrator.jobs', 'phases'))), file=sys.stderr)); "
         "sys.argv = ['orchestrator'] + sys.argv[1:]; from orchestrator.console import entry; entry()")
