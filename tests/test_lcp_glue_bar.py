@@ -66,6 +66,7 @@ def test_findings_show_the_bar_and_its_blockers() -> None:
                   "call_floor_ms": 0.48, "ops": []}
     summary = {"plan": SimpleNamespace(spec=spec, device="cuda", device_name="NVIDIA H200"), "entries": [],
                "per_tokens": [], "rejected": [], "limits": [], "not_tested": (), "feedback": [], "linear": True,
+               "glue_bar_pct": 30.0,
                "runs": 3, "bandwidth": {"tbs": 4.26, "kind": "hbm"}, "stack_code": stack_code, "reached_ratio": 1.5,
                "glue_bar": judge_glue_bar(PER_TOKENS, OPS, glue_tokens=16384)}
     text = render_template("local_compile_perf", "findings.md.j2", s=summary)

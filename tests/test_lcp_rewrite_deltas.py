@@ -117,6 +117,7 @@ def findings_summary(record: dict[str, Any]) -> dict[str, Any]:
     spec = SimpleNamespace(name="embedded:dsv3-small", layer_kinds=("dense", "moe"), ac_mode="none",
                            fp32_precision="tf32")
     return {"plan": SimpleNamespace(spec=spec, device="cpu", device_name="cpu"), "entries": [], "per_tokens": [],
-            "rejected": [], "limits": [], "not_tested": (), "feedback": [], "linear": True, "runs": 1,
+            "rejected": [], "limits": [], "not_tested": (), "feedback": [], "linear": True,
+            "glue_bar_pct": 30.0, "runs": 1,
             "bandwidth": {"tbs": 0.1, "kind": "host"}, "stack_code": None, "reached_ratio": 1.5,
             "rewrite_deltas": [record]}

@@ -144,7 +144,8 @@ def test_reports_on_a_host_timer_call_nothing_a_win(device):
                  for t in plan["sizes"]["tokens"]]
     summary = {"plan": plan, "entries": [entry], "per_tokens": side_by_side(code), "baselines": baselines,
                "rejected": [], "limits": [],
-               "not_tested": ["x"], "feedback": [], "linear": True, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "x"},
+               "not_tested": ["x"], "feedback": [], "linear": True,
+               "glue_bar_pct": 30.0, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "x"},
                "rewrite_deltas": []}
     findings = render_template("local_compile_perf", "findings.md.j2", s=summary)
     pr = render_template("local_compile_perf", "pr.md.j2", s=summary, e=entry, findings=findings)
@@ -214,11 +215,13 @@ def test_findings_keep_a_rejected_candidates_confirmed_timing():
                 {"label": "norm only", "branch": "candidate/residual-norm", "phase": "graph_budget", "reason": "7 > 6",
                  "numbers": {"target": 6}}]
     summary = {"plan": run["results"]["plan"], "entries": [], "per_tokens": [], "rejected": rejected, "limits": [],
-               "not_tested": [], "feedback": [], "linear": True, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "hbm"}}
+               "not_tested": [], "feedback": [], "linear": True, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "hbm"},
+               "glue_bar_pct": 30.0}
     text = render_template("local_compile_perf", "findings.md.j2", s=summary)
     assert ("- five rewrites (candidate/combined-replay) at correctness: fp32; confirmed first (wall_ms vs the stack, "
             "median of 3): 2048 tokens -21.6%, 16384 tokens -14.4%\n") in text
     assert "- norm only (candidate/residual-norm) at graph_budget: 7 > 6\n" in text
+    assert "wall not above it: not met: no candidate was validated, so no stack stands" in text
 
 
 def test_sizes_default_by_device_and_options_win():

@@ -16,7 +16,7 @@ from typing import Any
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.devlog import log
-from phases.local_compile_perf.glue_bar import judge_glue_bar
+from phases.local_compile_perf.glue_bar import GLUE_BAR_PCT, judge_glue_bar
 from phases.local_compile_perf.pr_lint import lint_pr_text
 from phases.local_compile_perf.records import Baselines, Plan
 from phases.local_compile_perf.results import CandidateVerdict, IdealTimes, PrDecision
@@ -80,7 +80,7 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
             "attention": baselines_result.attention, "feedback": collect_feedback(ctx), "linear": linear,
             "runs": plan.sizes.runs,
             "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
-            "glue_bar": glue_bar_of(stack_code),
+            "glue_bar": glue_bar_of(stack_code), "glue_bar_pct": GLUE_BAR_PCT,
             "rewrite_deltas": deltas}
 
 
