@@ -25,7 +25,7 @@ state=.devstate/state
 # Device calls may land on fresh machines: the trail's signed heads travel inside the carried
 # state dir here (a bench harness; on a workstation they stay in ~/.config/orchestrator).
 export ORCHESTRATOR_ANCHOR_DIR=${ORCHESTRATOR_ANCHOR_DIR:-$state/.anchors}
-rewrites=${REWRITES:-norm-rope-cat,narrow-scores,gather-combine,mlp-swiglu,residual-norm,latent-proj,rope-in-place}
+rewrites=${REWRITES:-$(python3 -c 'from bench.tp_ep_stack import STACK; print(",".join(STACK))')}
 regions5=mla_qk,swiglu,mlp_swiglu,moe_combine,moe_dispatch,rms_norm,add_rms_norm,router
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout)
 status=0
