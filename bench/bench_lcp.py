@@ -193,6 +193,9 @@ def report(state_dir: Path, run_id: str) -> None:
     if spreads:
         print(f"confirmation spread (wall, max |run - median| / median): worst {max(spreads):.2f}%, "
               f"median {statistics.median(spreads):.2f}% over {len(spreads)} cited rows")
+    for (purpose, variant, tokens), metrics in cited_medians(events).items():
+        print(f"cited {purpose} {variant} at {tokens}: wall {metrics.get('wall_ms', float('nan')):.2f} ms, "
+              f"glue {metrics.get('glue_ms', float('nan')):.2f} ms")
     for entry in run["records"].get("stack_entry", []):
         for j in entry["judged"]:
             ratio = j['candidate'] / j['stack']
@@ -206,6 +209,18 @@ def report(state_dir: Path, run_id: str) -> None:
         if t["per_layer"] and t["stack"]:
             ratio = t['stack']['glue_ms'] / t['per_layer']['glue_ms']
             print(f"{t['tokens']} tokens: stack glue / per-layer glue = {ratio:.3f}")
+
+
+def cited_medians(events: list[dict]) -> dict[tuple[str, str, int], dict[str, float]]:
+    """The last cited median of each metric per (purpose, variant, tokens): in the log, the numbers
+    outlive a state that could not come back."""
+    table: dict[tuple[str, str, int], dict[str, float]] = {}
+    for e in events:
+        labels = e["data"]["labels"] if e["type"] == "measurement_recorded" else {}
+        if labels.get("cited") and "variant" in labels:
+            key = (labels.get("purpose", ""), labels["variant"], labels.get("tokens", 0))
+            table.setdefault(key, {})[e["data"]["name"]] = statistics.median(e["data"]["samples"])
+    return table
 
 
 def save(state_dir: Path, run_id: str, out: Path) -> None:

@@ -9,8 +9,10 @@
 #                                                # DIAG_GPUS picks the GPU, so it can run beside `start` on GPU 0)
 # The state directory is .devstate/state (ignore it in .git/info/exclude and carry it between
 # calls); missing pure-Python wheels are read from $WHEELS (default state/workspaces/lcp-device/whl).
-# Each step leaves $OUT/state_<step>.tgz (the state directory) and $OUT/log_<step>.txt, and exits
-# with the step's status, so calls chain: check && start (combine exits 0 on a rejection too).
+# Each step leaves the state directory as $OUT/state_<step>.tgz.part-* (bench/pack_state.sh; here:
+# `rm -rf .devstate && cat FILES_AT/state_<step>.tgz.part-* | tar xzf -`) and $OUT/log_<step>.txt,
+# whose report lists every cited median, and exits with the step's status, so calls chain:
+# check && start (combine exits 0 on a rejection too).
 set -euo pipefail
 step=${1:?check, start, combine RUN [NAME] or finish RUN}
 wheels=${WHEELS:-state/workspaces/lcp-device/whl}
@@ -49,5 +51,5 @@ case "$step" in
   *)       echo "unknown step $step" >&2; exit 2 ;;
 esac 2>&1 | tee "$OUT/log_$step.txt" || status=$?
 [ "$status" = 0 ] || echo "step $step failed (exit $status, see the log); saving the state anyway"
-if [ -d "$state" ]; then tar czf "$OUT/state_$step.tgz" "$state"; fi
+if [ -d "$state" ]; then bash bench/pack_state.sh "$state" "$OUT/state_$step.tgz"; fi
 exit "$status"

@@ -82,3 +82,44 @@ def test_a_run_cut_mid_phase_is_advanced_before_anything_else(tmp_path, monkeypa
     run_json.write_text(json.dumps({"phase": "correctness", "in_flight": "correctness"}))
     assert bench.finish_interrupted(tmp_path, run_id, deadline=time.monotonic() + 60)
     assert calls == [("advance", run_id)]
+
+
+PACK = BENCH.parent / "pack_state.sh"
+
+
+def test_a_device_state_is_packed_without_reference_captures_in_parts_that_come_back(tmp_path):
+    """A call cut in correctness leaves the fp64 reference capture (tens of GB at real dims) in scratch:
+    packed with it, the state outran the call and could not come back (the H200 call of 2026-12-04 17:21)."""
+    import os
+    state = tmp_path / ".devstate" / "state"
+    worktrees = state / "scratch" / "run-1" / "worktrees"
+    worktrees.mkdir(parents=True)
+    with open(worktrees / "1-stack-reference.pt", "wb") as f:
+        f.truncate(64 << 30)  # sparse: reading it would take minutes
+    (state / "runs").mkdir()
+    (state / "runs" / "events.jsonl").write_bytes(os.urandom(20 << 20))
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run(["bash", str(PACK), ".devstate/state", str(out / "state_combine.tgz")], cwd=tmp_path,
+                   check=True, timeout=60)
+    parts = sorted(out.iterdir())
+    assert len(parts) == 2 and all(p.stat().st_size <= 15 << 20 for p in parts), parts
+    unpacked = tmp_path / "here"
+    unpacked.mkdir()
+    subprocess.run(f"cat {out}/state_combine.tgz.part-* | tar xzf -", shell=True, cwd=unpacked, check=True)
+    back = unpacked / ".devstate" / "state"
+    assert (back / "runs" / "events.jsonl").read_bytes() == (state / "runs" / "events.jsonl").read_bytes()
+    assert (back / "scratch" / "run-1" / "worktrees").is_dir()
+    assert not (back / "scratch" / "run-1" / "worktrees" / "1-stack-reference.pt").exists()
+
+
+def test_the_report_prints_every_cited_median_so_a_lost_state_still_leaves_the_numbers(tmp_path, capsys):
+    import tarfile
+    with tarfile.open(BENCH.parent / "results" / "2026-12-04-h200-lcp" / "evidence.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    run_id = next((tmp_path / "runs").iterdir()).name
+    load_bench().report(tmp_path, run_id)
+    lines = capsys.readouterr().out.splitlines()
+    cited = [line for line in lines if line.startswith("cited ")]
+    assert "cited baseline eager at 2048: wall 36.72 ms, glue 11.72 ms" in cited
+    assert any(line.startswith("cited confirm c1-b912 candidate at 16384: wall ") for line in cited), cited
