@@ -120,3 +120,19 @@ def test_not_tested_says_why_a_best_known_kernel_was_not_timed_here() -> None:
     overrides = not_tested(None, floor, ("moe_fused",))
     assert overrides[-1].startswith("the target's own fused overrides (moe_fused)") and len(overrides) == 3
     assert not_tested(None)[-1].startswith("attention against its FLOP floor: the eager step made no")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the glue timer's device profile needs CUDA")
+def test_the_glue_timer_splits_an_ops_gemm_kernels_from_its_glue() -> None:
+    from types import SimpleNamespace
+
+    from phases.local_compile_perf.work.glue import measure_glue_op
+
+    def project_then_gate(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.silu(x @ w) * x
+
+    x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    op = measure_glue_op("gate", "gate", {"args": (x, w), "kwargs": {}, "calls": 1},
+                         SimpleNamespace(fn=project_then_gate, compiled=None), device="cuda", warmup=2, iters=3)
+    assert op.gemm_flops > 0 and 0 < op.device_glue_ms < op.device_ms, op

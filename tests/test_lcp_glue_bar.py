@@ -74,5 +74,17 @@ def test_findings_show_the_bar_and_its_blockers() -> None:
     assert ": not met." in text
     assert "| 4096 | 5.789 / 58.817 | 4.336 / 57.398 | -25.1% | 4.052 | 0.284 | not above |" in text
     assert "What blocks it: mla_qk spends 14.690 ms/step" in text
-    assert "| rms_norm | 1.6579 | 1.1070 | 3.0 | +0.7579 | call overhead |" in text
-    assert "| router | 0.6345 | 0.6281 | 99.3 | n/a (none measured) | call overhead |" in text
+    assert "| rms_norm | 1.6579 | n/a | 1.1070 | 3.0 | +0.7579 | call overhead |" in text
+    assert "| router | 0.6345 | n/a | 0.6281 | 99.3 | n/a (none measured) | call overhead |" in text
+
+
+def test_an_op_holding_gemms_is_judged_by_its_glue_kernels_where_the_profiler_split_them() -> None:
+    """The 2026-11-30 table blamed mla_qk for 14.7 ms above its ideal: most of it was its GEMMs (wq_b,
+    wkv_b), which the bar's glue does not count. With the device split, the bar names the op whose
+    glue kernels have the most room."""
+    split = [{**o, "glue_ms": 2.9} if o["op"] == "mla_qk" else o for o in OPS]
+    bar = judge_glue_bar(PER_TOKENS, split, glue_tokens=16384)
+    assert [b["op"] for b in bar["blockers"]][:2] == ["moe_combine", "rms_norm"]
+    mla = next(b for b in bar["blockers"] if b["op"] == "mla_qk")
+    assert mla["glue_ms"] == 2.9 and abs(mla["above_ideal_ms"] - (2.9 - 2.26941)) < 1e-9
+    assert bar["blocked_by"].startswith("moe_combine spends 2.268 ms/step above its ideal at 16384 tokens")

@@ -294,6 +294,21 @@ def test_a_glue_op_that_holds_gemms_is_not_blamed_on_its_bytes():
     assert host["timer"] == "call" and host["blocker"].startswith("call overhead")
 
 
+def test_an_op_holding_gemms_is_judged_by_its_glue_kernels_on_a_device_timer():
+    from phases.local_compile_perf.stack_code import judge_op
+
+    op = {"op": "mla_qk", "region": "mla_qk", "compiled": True, "calls_per_step": 2, "fwd_ms": (9.0,),
+          "fwdbwd_ms": (9.0,), "fwd_bytes": 10**9, "bwd_bytes": 10**9, "eager_bytes": {"fwd": 2 * 10**9, "bwd": 0},
+          "device_ms": 8.0, "device_glue_ms": 1.0, "gemm_flops": 2 * 10**12}
+    judged = judge_op(op, 4.0, [], floor_ms=None)
+    ideal = 2 * 2e9 / 4e12 * 1e3
+    assert judged["measured_ms"] == 16.0 and judged["glue_ms"] == 2.0 and judged["ratio"] == 2.0 / ideal
+    assert judged["blocker"].startswith("its glue kernels alone (GEMM and attention kernels left out) take 2.0000 "
+                                        "ms/step, 2.0x its ideal:")
+    unsplit = judge_op({**op, "device_glue_ms": None, "device_ms": None}, 4.0, [], floor_ms=None)
+    assert unsplit["glue_ms"] is None and unsplit["blocker"].startswith("holds GEMMs (2e+03 GFLOP a call)")
+
+
 def _cell(variant, *, wall, kernel, families, glue=None):
     from phases.local_compile_perf.records import Cell
 

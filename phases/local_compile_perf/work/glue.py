@@ -55,6 +55,9 @@ class GlueOp(BaseModel):
     device_ms: float | None = None
     """Device time of the op's kernels per call (fwd+bwd when it has a backward), from the profiler;
     None off CUDA."""
+    device_glue_ms: float | None = None
+    """Of ``device_ms``, the kernels the step's glue counts (not GEMM, not attention): what an op
+    holding GEMMs spends on glue. None off CUDA."""
     gemm_flops: int = 0
     """Matmul FLOPs of one call of the eager function (fwd+bwd when it has a backward)."""
     best_known: BestKnown | None = None
@@ -144,15 +147,16 @@ def measure_glue_op(op: str, region: str, entry: dict[str, Any], slot: Any, *,
     fwd = measure_step(lambda: timed(*args), warmup=warmup, iters=iters, device=device)
     step = _grad_step(lambda: timed(*args))
     fwdbwd = measure_step(step, warmup=warmup, iters=iters, device=device).samples_ms if step else ()
-    device_ms = profile_kernels(step or (lambda: timed(*args)), steps=iters, device=device).total_ms_per_step \
-        if is_cuda(device) else None
+    table = profile_kernels(step or (lambda: timed(*args)), steps=iters, device=device) if is_cuda(device) else None
     ideal = boundary_bytes(eager, *args)
     best = measure_best_known(region, slot.fn, args, entry["kwargs"], device=device, warmup=warmup, iters=iters,
                               grad_step=_grad_step)
     return GlueOp(op=op, region=region, calls_per_step=entry["calls"], shapes=_signature(args, entry["kwargs"]),
                   fwd_ms=fwd.samples_ms, fwdbwd_ms=fwdbwd, fwd_bytes=ideal["fwd"], bwd_bytes=ideal["bwd"],
                   eager_bytes=sum_bytes(record_op_bytes(eager, *args)), compiled=slot.compiled is not None,
-                  device_ms=device_ms, gemm_flops=gemm_flops(eager, args, backward=step is not None),
+                  device_ms=table.total_ms_per_step if table else None,
+                  device_glue_ms=table.glue_ms_per_step if table else None,
+                  gemm_flops=gemm_flops(eager, args, backward=step is not None),
                   best_known=best)
 
 
