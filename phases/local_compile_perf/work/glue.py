@@ -154,8 +154,8 @@ def measure_glue_op(op: str, region: str, entry: dict[str, Any], slot: Any, *,
     return GlueOp(op=op, region=region, calls_per_step=entry["calls"], shapes=_signature(args, entry["kwargs"]),
                   fwd_ms=fwd.samples_ms, fwdbwd_ms=fwdbwd, fwd_bytes=ideal["fwd"], bwd_bytes=ideal["bwd"],
                   eager_bytes=sum_bytes(record_op_bytes(eager, *args)), compiled=slot.compiled is not None,
-                  device_ms=table.total_ms_per_step if table else None,
-                  device_glue_ms=table.glue_ms_per_step if table else None,
+                  device_ms=table.total_ms_per_step if table is not None else None,
+                  device_glue_ms=table.glue_ms_per_step if table is not None else None,
                   gemm_flops=gemm_flops(eager, args, backward=step is not None),
                   best_known=best)
 
