@@ -271,6 +271,15 @@ class StackCode(Record):
     recipe's own mode is selective, or a record from before it)."""
 
 
+class StackCodePart(Record):
+    """A ``stack_code_part`` record: one finished measurement of a stack tip's findings (its cells, glue ops,
+    cold compile or AC re-timing), so a findings phase cut in a later one does not measure it again."""
+
+    commit: str
+    part: Literal["cells", "glue", "cold_compile", "under_ac"]
+    data: Any
+
+
 class RewriteDeltas(Record):
     """A ``rewrite_deltas`` record (findings): each commit of a multi-commit stack entry measured on its own."""
 

@@ -17,7 +17,7 @@ activation checkpointing (ac_retime.py). Measured once per stack tip (record
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.phase_api import PhaseContext
 from phases.kit.ideal import ideal_ms
@@ -26,7 +26,7 @@ from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.cold_compile import measure_cold_compile
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
 from phases.local_compile_perf.records import Cell, Plan
-from phases.local_compile_perf.results import StackCode
+from phases.local_compile_perf.results import StackCode, StackCodePart
 from phases.local_compile_perf.stack import add_detached_worktree, recipe_regions, remove_worktree
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
@@ -43,39 +43,61 @@ TREES = (("upstream_main", "main", "upstream"), ("per_layer_main", "main", "per_
 
 
 def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: float) -> dict[str, Any]:
-    """The ``stack_code`` record of ``tip`` (measured now unless recorded already)."""
+    """The ``stack_code`` record of ``tip`` (measured now unless recorded already).
+
+    Each of its four measurements is recorded as it finishes (``stack_code_part``): together they
+    can outlast one sitting (a device call's limit), and a rerun measures only what is missing.
+    """
     done = [r for r in ctx.records(StackCode) if r.commit == tip]
     if done:
         return done[-1].model_dump(mode="json")
+    parts = {p.part: p.data for p in ctx.records(StackCodePart) if p.commit == tip}
+
+    def once(part: str, measure: Callable[[], Any]) -> Any:
+        if part not in parts:
+            parts[part] = measure()
+            ctx.add_record("stack_code_part", {"commit": tip, "part": part, "data": parts[part]})
+        return parts[part]
+
     path = add_detached_worktree(ctx.target, tip, ctx.scratch_dir / "worktrees" / f"stack-code-{tip[:10]}")
+    regions = recipe_regions(path)
     try:
-        checkouts = {"main": str(ctx.target), "stack": str(path)}
-        tokens = plan.sizes.per_layer_tokens
-        variants = tuple(Variant(name=name, checkout=checkouts[where], tree=tree, tokens=tokens)
-                         for name, where, tree in TREES)
-        request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
-                                 timing=plan.timing)
-        rows = build_cells(ctx.call(CONFIRM, request, label="stack code").model_dump(mode="json"),
-                           runs=plan.sizes.runs)
-        record_cells(ctx, rows, purpose="stack code")
-        regions = recipe_regions(path)
-        glue = GlueRequest(harness=plan.harness, device=plan.device, tokens=max(plan.tokens), regions=regions,
-                           timing=plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)}))
-        answer = ctx.call(*in_checkout(str(path), GLUE, glue), label="stack glue ops").model_dump(mode="json")
-        cold = measure_cold_compile(ctx, plan, str(path), regions)
-        under_ac = measure_under_ac(ctx, plan, main=str(ctx.target), stack=str(path))
+        rows = [Cell.model_validate(c) for c in once("cells", lambda: measure_cells(ctx, plan, str(path)))]
+        answer = once("glue", lambda: measure_glue_ops(ctx, plan, str(path), regions))
+        cold = once("cold_compile", lambda: measure_cold_compile(ctx, plan, str(path), regions))
+        under_ac = once("under_ac", lambda: measure_under_ac(ctx, plan, main=str(ctx.target), stack=str(path)))
     finally:
         remove_worktree(ctx.target, path)
     blockers = [n["text"] for n in ctx.notes() if n["text"].startswith("blocker:")]
     floor = answer["call_floor_ms"]
     ops = [judge_op(op, bandwidth_tbs, blockers, floor_ms=floor) for op in answer["ops"]]
+    tokens = plan.sizes.per_layer_tokens
     record = {"commit": tip, "tokens": list(tokens), "regions": list(regions),
-              "rows": [r.slim().model_dump(mode="json") for r in rows],
+              "rows": [r.model_dump(mode="json") for r in rows],
               "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
               "call_floor_ms": floor, "ops": ops, "cold_compile": cold,
               "under_ac": under_ac}
     ctx.add_record("stack_code", record)
     return record
+
+
+def measure_cells(ctx: PhaseContext, plan: Plan, stack: str) -> list[dict[str, Any]]:
+    """TREES interleaved in fresh processes at the per-layer token counts (slim cells)."""
+    checkouts = {"main": str(ctx.target), "stack": stack}
+    variants = tuple(Variant(name=name, checkout=checkouts[where], tree=tree, tokens=plan.sizes.per_layer_tokens)
+                     for name, where, tree in TREES)
+    request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
+                             timing=plan.timing)
+    rows = build_cells(ctx.call(CONFIRM, request, label="stack code").model_dump(mode="json"), runs=plan.sizes.runs)
+    record_cells(ctx, rows, purpose="stack code")
+    return [r.slim().model_dump(mode="json") for r in rows]
+
+
+def measure_glue_ops(ctx: PhaseContext, plan: Plan, stack: str, regions: tuple[str, ...]) -> dict[str, Any]:
+    """The stack's glue ops as it runs them, each timed alone at the largest token count (the GLUE worker's answer)."""
+    glue = GlueRequest(harness=plan.harness, device=plan.device, tokens=max(plan.tokens), regions=regions,
+                       timing=plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)}))
+    return ctx.call(*in_checkout(stack, GLUE, glue), label="stack glue ops").model_dump(mode="json")
 
 
 def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:

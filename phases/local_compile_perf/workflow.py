@@ -10,7 +10,7 @@ from phases.local_compile_perf.devlog import render_devlog
 from phases.local_compile_perf.records import Baselines, Candidate, Plan, TpEpVerdict
 from phases.local_compile_perf.results import (CandidateVerdict, Correctness, CorrectnessRecord, GraphBudget,
                                                GraphCount, IdealTimes, PickFix, PrDecision, Rank, RewriteDeltas,
-                                               ScreenConfirm, StackCode, StackEntry)
+                                               ScreenConfirm, StackCode, StackCodePart, StackEntry)
 from phases.local_compile_perf.start import LcpOptions, prepare
 from phases.local_compile_perf.rules import RULES
 
@@ -78,7 +78,8 @@ WORKFLOW = Workflow(
     rules=RULES,
     records={"tp_ep_build_check": TpEpVerdict, "candidate_submitted": Candidate, "candidate_verdict": CandidateVerdict,
              "graph_count": GraphCount, "correctness": CorrectnessRecord, "stack_entry": StackEntry,
-             "stack_code": StackCode, "rewrite_deltas": RewriteDeltas, "pr_decision": PrDecision},
+             "stack_code": StackCode, "stack_code_part": StackCodePart, "rewrite_deltas": RewriteDeltas,
+             "pr_decision": PrDecision},
     after_phase=(render_devlog,),
     submissions={"candidate": Submission(phase=PICK_PHASE, args=CandidateArgs, noun="candidates",
                                          check=f"{PACKAGE}.candidates:accept_candidate")},
