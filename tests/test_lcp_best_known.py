@@ -106,20 +106,25 @@ def test_liger_kernels_match_and_time_on_the_harness_ops() -> None:
     assert seen == set(KERNELS)
 
 
-def test_not_tested_says_why_a_best_known_kernel_was_not_timed_here() -> None:
-    from phases.local_compile_perf.findings import NOT_TESTED, not_tested
+def test_not_tested_lists_what_this_hardware_cannot_show() -> None:
+    from phases.local_compile_perf.findings import NOT_TESTED_CUDA, NOT_TESTED_HOST, not_tested
 
     cpu = ("liger_kernel.ops.swiglu.LigerSiLUMulFunction is a Triton kernel: it runs on CUDA only, and this run's "
            "device is cpu")
+    missing = "liger_kernel.ops.swiglu.LigerSiLUMulFunction runs on CUDA only: liger-kernel is not installed"
     ops = [{"best_known_ms": None, "best_known": cpu}, {"best_known_ms": 0.2, "best_known": "LigerRMSNormFunction"},
            {"best_known_ms": None, "best_known": "no best-known kernel: none for the router"}]
     floor = ({"tokens": 16},)  # the eager step's attention was checked against its floor
-    assert not_tested({"ops": ops}, floor) == (*NOT_TESTED, f"best-known kernel: {cpu}")
-    assert not_tested(None, floor) == NOT_TESTED
-    assert all(" needs " in n or "no wheel" in n for n in NOT_TESTED), "each item says why this hardware cannot show it"
-    overrides = not_tested(None, floor, ("moe_fused",))
+    # a host run: the fixed host list says the GPU kernels are CUDA only, once, and nothing names the H200
+    assert not_tested({"ops": ops}, floor, cuda=False) == NOT_TESTED_HOST
+    assert not any("H200" in n or "PP" in n for n in NOT_TESTED_HOST)
+    assert NOT_TESTED_HOST[0].startswith("CUDA-graph replay, peak device memory and device kernel times")
+    on_cuda = not_tested({"ops": [{"best_known_ms": None, "best_known": missing}]}, floor, cuda=True)
+    assert on_cuda == (*NOT_TESTED_CUDA, f"best-known kernel: {missing}")
+    assert all(" needs " in n or "no wheel" in n for n in NOT_TESTED_CUDA), "each item says why this hardware cannot"
+    overrides = not_tested(None, floor, ("moe_fused",), cuda=True)
     assert overrides[-1].startswith("the target's own fused overrides (moe_fused)") and len(overrides) == 3
-    assert not_tested(None)[-1].startswith("attention against its FLOP floor: the eager step made no")
+    assert not_tested(None, cuda=False)[-1].startswith("attention against its FLOP floor: the eager step made no")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the glue timer's device profile needs CUDA")

@@ -66,14 +66,14 @@ def test_findings_show_the_bar_and_its_blockers() -> None:
                   "call_floor_ms": 0.48, "ops": []}
     summary = {"plan": SimpleNamespace(spec=spec, device="cuda", device_name="NVIDIA H200"), "entries": [],
                "per_tokens": [], "rejected": [], "limits": [], "not_tested": (), "feedback": [], "linear": True,
-               "glue_bar_pct": 30.0,
+               "glue_bar_pct": 30.0, "ops_add_up": "The ops add up to 1.000 ms/step.",
                "runs": 3, "bandwidth": {"tbs": 4.26, "kind": "hbm"}, "stack_code": stack_code, "reached_ratio": 1.5,
                "glue_bar": judge_glue_bar(PER_TOKENS, OPS, glue_tokens=16384)}
     text = render_template("local_compile_perf", "findings.md.j2", s=summary)
     assert "glue at least 30% under per-layer compile of main at every per-layer token count" in text
     assert ": not met." in text
     assert "| 4096 | 5.789 / 58.817 | 4.336 / 57.398 | -25.1% | 4.052 | 0.284 | not above |" in text
-    assert "What blocks it: mla_qk spends 14.690 ms/step" in text
+    assert "What blocks it: mla_qk spends 14.690 ms/step" in text and "The ops add up to 1.000 ms/step." in text
     assert "| rms_norm | 1.6579 | n/a | 1.1070 | 3.0 | +0.7579 | call overhead |" in text
     assert "| router | 0.6345 | n/a | 0.6281 | 99.3 | n/a (none measured) | call overhead |" in text
 
@@ -88,3 +88,22 @@ def test_an_op_holding_gemms_is_judged_by_its_glue_kernels_where_the_profiler_sp
     mla = next(b for b in bar["blockers"] if b["op"] == "mla_qk")
     assert mla["glue_ms"] == 2.9 and abs(mla["above_ideal_ms"] - (2.9 - 2.26941)) < 1e-9
     assert bar["blocked_by"].startswith("moe_combine spends 2.268 ms/step above its ideal at 16384 tokens")
+
+
+def test_the_glue_op_table_says_when_its_per_step_times_do_not_add_up_to_the_step() -> None:
+    """The CPU trial of 2026-12-04: the table summed to about 1332 ms/step against a 912 ms stack wall, unflagged."""
+    from phases.local_compile_perf.findings import ops_add_up
+
+    ops = [{"measured_ms": 640.0}, {"measured_ms": 692.0}]
+    code = {"glue_tokens": 1024, "ops": ops, "rows": [{"variant": "regions_stack", "tokens": 512,
+                                                       "cited": {"wall_ms": 501.7}}]}
+    entry = {"judged": [{"tokens": 1024, "metric": "wall_ms", "candidate": 912.15}]}
+    text = ops_add_up(code, [entry], cuda=False)
+    assert text.startswith("The ops add up to 1332.000 ms/step against a stack wall of 912.150 ms at 1024 tokens "
+                           "(the last stack entry's confirmation): they do not add up (1.46x the wall)")
+    assert "host timer" in text
+    code["rows"].append({"variant": "regions_stack", "tokens": 1024, "cited": {"wall_ms": 1400.0}})
+    assert ops_add_up(code, [entry], cuda=True).endswith("at 1024 tokens (the findings' cells).")
+    assert ops_add_up({**code, "rows": []}, [], cuda=True).endswith("no wall of the stack at 1024 tokens to set "
+                                                                     "them against.")
+    assert ops_add_up(None, [], cuda=True) == ""

@@ -122,9 +122,9 @@ def test_engine_side_modules_import_no_torch():
 
 def test_findings_list_a_trees_own_fused_overrides_as_not_tested():
     """The plan's inventory of a real tree (torchtitan 0.3.0 has fused_mla, fused_swiglu) reaches "Not tested"."""
-    from phases.local_compile_perf.findings import NOT_TESTED, not_tested
+    from phases.local_compile_perf.findings import NOT_TESTED_HOST, not_tested
 
     overrides = tuple(hit.value for hit in probe_tree(installed_torchtitan_root()).override_kernels)
-    listed = not_tested(None, ({"tokens": 16},), overrides)
-    assert listed[:2] == NOT_TESTED and len(listed) == 3
-    assert listed[2].startswith("the target's own fused overrides (") and "fused_mla" in listed[2]
+    listed = not_tested(None, ({"tokens": 16},), overrides, cuda=False)
+    assert listed[:3] == NOT_TESTED_HOST and len(listed) == 4
+    assert listed[3].startswith("the target's own fused overrides (") and "fused_mla" in listed[3]

@@ -47,7 +47,10 @@ def _note(ratio: float, largest: bool, kernels: tuple[str, ...], *, cuda: bool) 
     if cuda and not any(FUSED_KERNEL.search(k) for k in kernels):
         parts.append("no fused attention kernel in the profile: SDPA ran its math path, the expected backend "
                      "did not load")
-    if ratio >= FAR_FROM_FLOOR and largest:
+    if ratio < 1.0:
+        parts.append("below its FLOP floor, which no kernel can be: the profile's attention family does not hold all "
+                     "of attention's work (on a host the math path's matmuls count as gemm), so it bounds nothing here")
+    elif ratio >= FAR_FROM_FLOOR and largest:
         parts.append(f"the step's largest family and {ratio:.1f}x its floor: a backend choice (flex, varlen, FA4, "
                      "cuDNN) to report with the floor, not a region to try")
     elif ratio >= FAR_FROM_FLOOR:

@@ -25,26 +25,36 @@ from phases.local_compile_perf.skill_feedback import collect_feedback
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
 from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code
 
-NOT_TESTED = ("best-known kernels beyond Liger-Kernel's RMSNorm, SwiGLU and RoPE: the workflow has no adapter "
-              "for quack or FA4 (both need nvidia-cutlass-dsl's CUDA 13 libraries, a 92 MB wheel that cannot travel "
-              "to the project's H200, which has no network) nor for Transformer Engine (its PyTorch extension ships "
-              "no wheel: it builds from source against the installed torch and CUDA toolkit)",
-              "TP / EP on real ranks and PP: world 8 needs eight GPUs, and multi-GPU FSDP / TP / EP needs torch >= "
-              "2.14, which neither the project's CPU pin nor its H200 has; a fake-process-group build check at "
-              "world 8 ran instead (shapes, graphs, a zero-token rank; no numerics)")
+NOT_TESTED_CUDA = ("best-known kernels beyond Liger-Kernel's RMSNorm, SwiGLU and RoPE: quack and FA4 need "
+                   "nvidia-cutlass-dsl's CUDA 13 libraries (a 92 MB wheel) and Transformer Engine builds its PyTorch "
+                   "extension from source (no wheel); none is installed on this machine, and the workflow has no "
+                   "adapter that calls them",
+                   "TP / EP on real ranks: world 8 needs eight GPUs, and multi-GPU FSDP / TP / EP needs torch >= 2.14; "
+                   "a fake-process-group build check at world 8 ran instead (shapes, graphs, a zero-token rank; no "
+                   "numerics)")
+"""What a CUDA run of the workflow cannot show (the H200 this project measures on: one or two GPUs, torch 2.11)."""
+NOT_TESTED_HOST = ("CUDA-graph replay, peak device memory and device kernel times: no CUDA device (the profiles are "
+                   "host ops timed by self CPU time, the timings a host timer's)",
+                   "best-known GPU kernels (Liger-Kernel, quack, FA4, Transformer Engine) and attention's fused "
+                   "backends: CUDA only",
+                   "TP / EP on real ranks: world 8 needs eight GPUs; a fake-process-group build check at world 8 ran "
+                   "instead (shapes, graphs, a zero-token rank; no numerics)")
+"""What a run on a host without CUDA cannot show."""
 
 
-def not_tested(stack_code: dict[str, Any] | None, attention: tuple = (), overrides: tuple = ()) -> tuple[str, ...]:
-    """What the findings did not show, each with why: the fixed list, why an op's best-known kernel was not timed
-    here, the target's own fused overrides (the plan's inventory), and the attention floor when the eager step made
-    no SDPA call to count."""
+def not_tested(stack_code: dict[str, Any] | None, attention: tuple = (), overrides: tuple = (), *,
+               cuda: bool) -> tuple[str, ...]:
+    """What this hardware could not show, each with why: the device's fixed list, the target's own fused overrides
+    (the plan's inventory), and the attention floor when the eager step made no SDPA call to count; on CUDA also
+    why an op's best-known kernel was not timed (off CUDA the fixed list says it for all of them)."""
     unrun = sorted({o["best_known"] for o in (stack_code or {}).get("ops", [])
-                    if o.get("best_known_ms") is None and "runs on CUDA only" in (o.get("best_known") or "")})
+                    if cuda and o.get("best_known_ms") is None and "runs on CUDA only" in (o.get("best_known") or "")})
     floor = () if attention else ("attention against its FLOP floor: the eager step made no "
                                   "scaled_dot_product_attention call to count",)
     fused = (f"the target's own fused overrides ({', '.join(overrides)}): the workflow has no adapter that calls "
              "them on a region's arguments",) if overrides else ()
-    return (*NOT_TESTED, *fused, *floor, *(f"best-known kernel: {reason}" for reason in unrun))
+    fixed = NOT_TESTED_CUDA if cuda else NOT_TESTED_HOST
+    return (*fixed, *fused, *floor, *(f"best-known kernel: {reason}" for reason in unrun))
 
 
 def side_by_side(stack_code: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -76,12 +86,37 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
     return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context, "rejected": rejected,
             "limits": limits, "not_tested": not_tested(stack_code, baselines_result.attention,
-                                                  tuple(plan.inventory.get("override_kernels") or ())),
+                                                  tuple(plan.inventory.get("override_kernels") or ()),
+                                                  cuda=plan.device.startswith("cuda")),
             "attention": baselines_result.attention, "feedback": collect_feedback(ctx), "linear": linear,
             "runs": plan.sizes.runs,
             "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
             "glue_bar": glue_bar_of(stack_code), "glue_bar_pct": GLUE_BAR_PCT,
+            "ops_add_up": ops_add_up(stack_code, entries, cuda=plan.device.startswith("cuda")),
             "rewrite_deltas": deltas}
+
+
+def ops_add_up(stack_code: dict[str, Any] | None, entries: list[dict[str, Any]], *, cuda: bool) -> str:
+    """Whether the glue-op table's per-step times fit in the stack's step at that token count, or why not."""
+    if not stack_code or not stack_code["ops"]:
+        return ""
+    tokens, total = stack_code["glue_tokens"], sum(o["measured_ms"] for o in stack_code["ops"])
+    walls = [(r["cited"]["wall_ms"], "the findings' cells") for r in stack_code["rows"]
+             if r["variant"] == "regions_stack" and r["tokens"] == tokens and r.get("cited", {}).get("wall_ms")]
+    last = entries[-1]["judged"] if entries else ()
+    walls += [(j["candidate"], "the last stack entry's confirmation") for j in last
+              if j["tokens"] == tokens and j["metric"] == "wall_ms"]
+    if not walls:
+        return f"The ops add up to {total:.3f} ms/step; no wall of the stack at {tokens} tokens to set them against."
+    wall, source = walls[0]
+    line = f"The ops add up to {total:.3f} ms/step against a stack wall of {wall:.3f} ms at {tokens} tokens ({source})"
+    if total <= wall:
+        return line + "."
+    why = ("each timed alone, an op waits on its own launches" if cuda else
+           "each timed alone on a host timer, a call pays its own dispatch and, on a loaded host, the scheduler's "
+           "waits, which a full step shares or hides")
+    return (f"{line}: they do not add up ({total / wall:.2f}x the wall): {why}; read them as ranks, not as shares "
+            "of the step.")
 
 
 def glue_bar_of(stack_code: dict[str, Any] | None) -> dict[str, Any] | None:
