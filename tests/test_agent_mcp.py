@@ -171,7 +171,10 @@ def test_an_agent_without_a_shell_commits_a_candidate_branch_and_submits_it(
             assert waiting["data"]["awaiting"] == "agent", waiting
             empty = await call(client, "commit_branch", run_id=run_id, branch="candidate/fix", message="fix")
             assert empty["status"] == "refused" and "no edits under the allowed paths" in empty["message"], empty
-            await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="fixed\n")
+            wrote = await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="fixed\n")
+            # the trial of 2026-12-04 was told to "call advance" in a phase that takes a branch
+            assert "call advance" not in wrote["message"] and "then commit_branch and submit kind='candidate'" in \
+                wrote["message"], wrote
             await call(client, "edit_file", run_id=run_id, path="allowed/README", old_string="edit", new_string="ed")
             engines = await call(client, "commit_branch", run_id=run_id, branch="stack/1-x", message="fix")
             assert engines["status"] == "refused" and "the engine's" in engines["message"]

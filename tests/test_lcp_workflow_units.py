@@ -417,3 +417,17 @@ def test_pick_fix_counts_what_rank_recorded_and_says_the_stop_rule_now(tmp_path)
                                              "unregioned_ms": 0.0, "eager_glue_ms": 0.0,
                                              "stop": {"stop": False, "reason": "", "threshold": 0.01, "caveat": ""}}))
     assert "1 above the 1.0% cut (1 of them kept under it: router removes a host sync), 0 dropped" in line
+
+
+def test_the_summary_a_submit_answers_with_leads_with_the_candidates_verdict():
+    """The trial of 2026-12-04: four submits answered alike; a rejection showed only through explain."""
+    from phases.local_compile_perf.pick_fix import last_verdict
+    from phases.local_compile_perf.results import CandidateVerdict
+
+    rejected = CandidateVerdict(id="c2", branch="candidate/x", label="weighted combine", verdict="rejected",
+                                phase="correctness", reason="TP/EP build check at world 8: FAIL " + "x" * 400,
+                                kept_branch="rejected/2-x")
+    line = last_verdict([rejected])
+    assert line.startswith("last candidate 'weighted combine' rejected at correctness: TP/EP build check at world 8")
+    assert line.endswith("... (explain has it all); ") and len(line) < 420
+    assert last_verdict([]) == ""

@@ -28,9 +28,20 @@ def read_file(args: ReadFileArgs, env: Any) -> ToolResult:
     return ToolResult(status="ok", message=f"{data['kind']} {data['path']}", data=data, text=text)
 
 
+def next_step(state: dict[str, Any]) -> str:
+    """What to call once the edits are complete: the phase's branch submission where it takes one, else advance."""
+    from orchestrator.agent.commit import branch_kinds
+    from orchestrator.workflow import load_workflow
+
+    kinds = branch_kinds(load_workflow(state["workflow"]), state["phase"])
+    return f"then commit_branch and submit kind={kinds[0]!r}" if kinds else "call advance"
+
+
 def write_file(args: WriteFileArgs, env: Any) -> ToolResult:
-    data = files.write_text(scope_for(live_state(env.store, args.run_id)), args.path, args.content)
-    return ToolResult(status="ok", message=f"wrote {data['path']}; call advance when the fix is complete", data=data)
+    state = live_state(env.store, args.run_id)
+    data = files.write_text(scope_for(state), args.path, args.content)
+    return ToolResult(status="ok", message=f"wrote {data['path']}; {next_step(state)} when the fix is complete",
+                      data=data)
 
 
 def edit_file(args: EditFileArgs, env: Any) -> ToolResult:
@@ -55,5 +66,7 @@ def commit_branch(args: CommitBranchArgs, env: Any) -> ToolResult:
 
 
 def apply_diff(args: ApplyDiffArgs, env: Any) -> ToolResult:
-    data = files.apply_unified_diff(scope_for(live_state(env.store, args.run_id)), args.diff)
-    return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; call advance when done", data=data)
+    state = live_state(env.store, args.run_id)
+    data = files.apply_unified_diff(scope_for(state), args.diff)
+    return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; {next_step(state)} when done",
+                      data=data)

@@ -15,7 +15,7 @@ from phases.local_compile_perf.candidates import pending_submission, reject, ver
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 from phases.local_compile_perf.region_offer import not_enabled
-from phases.local_compile_perf.results import GlueRow, IdealTimes, Rank
+from phases.local_compile_perf.results import CandidateVerdict, GlueRow, IdealTimes, Rank
 from phases.local_compile_perf.stack import (
     CandidateRefused, prepare_candidate, stack_entries, stack_tip, worktree_root,
 )
@@ -41,7 +41,7 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     rank, ideal_rows = ctx.result("rank", Rank), ctx.result("ideal_times", IdealTimes).rows
     run_id = ctx.run_id
     now = stop_rule_now(rank, ideal_rows=ideal_rows, entries=stack_entries(ctx.state))
-    summary = (f"pick a fix: {ranking_line(rank)}; {stop_line(now)}; "
+    summary = (f"pick a fix: {last_verdict(verdicts(ctx.state))}{ranking_line(rank)}; {stop_line(now)}; "
                f"make a branch with the commit_branch tool and submit it (tool submit, kind candidate; "
                f"CLI `orchestrator candidate {run_id} --branch B --label TEXT`)")
     message = "; ".join(f"{r.op}: gap {r.gap_ms:.3f} ms, score {r.score_ms:.3f} ms" for r in rank.ranked[:5])
@@ -61,6 +61,15 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
             "verdicts": [v.model_dump(mode="json") for v in verdicts(ctx.state)], "regions_not_enabled": idle,
             "best_known_offers": offers}
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
+
+
+def last_verdict(ruled: Sequence[CandidateVerdict]) -> str:
+    """The latest candidate's verdict, leading the summary a submit answers with ("" before any)."""
+    if not ruled:
+        return ""
+    v = ruled[-1]
+    reason = v.reason if len(v.reason) <= 300 else v.reason[:300] + "... (explain has it all)"
+    return f"last candidate {v.label!r} {v.verdict} at {v.phase}: {reason}; "
 
 
 def best_known_offers(rows: Sequence[GlueRow]) -> list[str]:
