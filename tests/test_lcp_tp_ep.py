@@ -157,3 +157,19 @@ def test_the_seven_rewrite_stack_builds_at_world_8(tmp_path) -> None:
     check, blocking = check_stack(STACK, backend="aot_eager", state_dir=tmp_path)
     assert blocking == () and check["items"]["rank_0"] == check["items"]["rank_7"] == "PASS", check["failures"]
     assert check["items"]["graph_budget"] == "PASS" and check["zero_token_growth"]["swiglu"] == 1, check
+
+
+def test_a_rank_error_names_where_it_was_raised() -> None:
+    """The trial of 2026-12-04: 'not enough values to unpack (expected 3, got 2)' came with no file or line."""
+    from phases.local_compile_perf.work.tp_ep_check import error_text
+
+    def experts_forward(*inputs):
+        x, counts, offsets = inputs
+        return x
+
+    try:
+        experts_forward(1, 2)
+    except ValueError as exc:
+        text = error_text(exc)
+    assert text.startswith("ValueError: not enough values to unpack (expected 3, got 2)")
+    assert f'File "{__file__}", line ' in text and "in experts_forward" in text, text

@@ -271,5 +271,17 @@ def error_text(exc: BaseException) -> str:
         ends = (i for i in range(start + 1, len(lines)) if not lines[i] or lines[i].startswith("Hint:"))
         end = next(ends, len(lines))
         parts.append(" ".join(lines[start:end]))
-    parts += [lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "from user code:"][:1]
-    return f"{type(exc).__name__}: {' | '.join(parts)}"[:900]
+    user = [lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "from user code:"][:1]
+    parts += user or [raised_at(exc)]
+    return f"{type(exc).__name__}: {' | '.join(p for p in parts if p)}"[:900]
+
+
+def raised_at(exc: BaseException) -> str:
+    """The innermost frame outside torch and the standard library (else the innermost): where to look."""
+    import sysconfig
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    own = [f for f in frames if not f.filename.startswith(stdlib) and "/torch/" not in f.filename] or frames
+    return f'File "{own[-1].filename}", line {own[-1].lineno}, in {own[-1].name}' if own else ""
