@@ -22,7 +22,7 @@ from phases.local_compile_perf.stack import (
 
 def timing_kind(ctx: PhaseContext) -> str:
     """How far the entry's timing can be trusted: CUDA events gate; a host timer's deltas are indicative only."""
-    cuda = ctx.result("plan", Plan).device.startswith("cuda")
+    cuda = ctx.result("plan", Plan).cuda
     return "cuda events (gated)" if cuda else "host timer: indicative, not gated"
 
 

@@ -87,12 +87,12 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context, "rejected": rejected,
             "limits": limits, "not_tested": not_tested(stack_code, baselines_result.attention,
                                                   tuple(plan.inventory.get("override_kernels") or ()),
-                                                  cuda=plan.device.startswith("cuda")),
+                                                  cuda=plan.cuda),
             "attention": baselines_result.attention, "feedback": collect_feedback(ctx), "linear": linear,
             "runs": plan.sizes.runs,
             "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
             "glue_bar": glue_bar_of(stack_code), "glue_bar_pct": GLUE_BAR_PCT,
-            "ops_add_up": ops_add_up(stack_code, entries, cuda=plan.device.startswith("cuda")),
+            "ops_add_up": ops_add_up(stack_code, entries, cuda=plan.cuda),
             "rewrite_deltas": deltas}
 
 

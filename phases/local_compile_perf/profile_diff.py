@@ -71,7 +71,7 @@ def diff_rows(base: Cell, other: Cell) -> list[dict[str, Any]]:
 
 def run(ctx: PhaseContext) -> PhaseResult:
     rows = [r for r in ctx.result("baselines", Baselines).rows if r.status == "measured"]
-    cuda = ctx.result("plan", Plan).device.startswith("cuda")
+    cuda = ctx.result("plan", Plan).cuda
     tables, diffs = [], []
     for tokens in sorted({r.tokens for r in rows}):
         by_variant = {r.variant: r for r in rows if r.tokens == tokens}

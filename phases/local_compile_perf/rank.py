@@ -70,7 +70,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     for k in items:
         if k["score_ms"] != k["score_ms"]:  # NaN would poison the ranking
             raise ValueError(f"rank: NaN score for {k['op']}")
-    caveat = stop_caveat(ideal.tokens, outside, glue, cuda=ctx.result("plan", Plan).device.startswith("cuda"))
+    caveat = stop_caveat(ideal.tokens, outside, glue, cuda=ctx.result("plan", Plan).cuda)
     reason = f"{stop.reason} (caveat: {caveat})" if stop.stop else stop.reason
     data = {"layer_ms": layer, "tokens": ideal.tokens, "ranked": items, "dropped": dropped,
             "unregioned_ms": outside, "eager_glue_ms": glue,

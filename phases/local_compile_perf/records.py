@@ -51,6 +51,11 @@ class Plan(Record):
     started_at: str
 
     @property
+    def cuda(self) -> bool:
+        """True when the run times on a CUDA device (CUDA events), False on a host timer."""
+        return self.device.startswith("cuda")
+
+    @property
     def tokens(self) -> tuple[int, ...]:
         return self.sizes.tokens
 

@@ -46,7 +46,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if broken:
         return reject(ctx, cand, f"{len(broken)} confirmation cell(s) FAILED ({broken[0].variant} at "
                                  f"{broken[0].tokens}): see the worker log", numbers=numbers)
-    cuda = plan.device.startswith("cuda")
+    cuda = plan.cuda
     judged = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), cuda=cuda) for t in plan.tokens]
     replay = [judge(cell(rows, "stack", t), cell(rows, "candidate", t), "replay_ms", cuda=cuda) for t in plan.tokens
               if "replay_ms" in cell(rows, "stack", t).cited]
