@@ -12,10 +12,12 @@ carries the protocol.
 from __future__ import annotations
 
 import secrets
+import threading
 from typing import Any
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
@@ -68,15 +70,18 @@ def _build_tool(spec: ToolSpec, *, store: Any, session: str) -> Tool:
 
 
 def _progress_sender(ctx: Context) -> Any:
-    """A thread-side callback that sends each progress line the CLI prints as an MCP progress notification
-    (the client must send a progress token: MCP sends none otherwise)."""
-    count = 0
+    """A callback that sends each progress line the CLI prints as an MCP progress notification (the client
+    must send a progress token: MCP sends none otherwise). Call it from the event loop's async context: lines
+    come from the tool's thread and from the threads that read worker logs, so it holds the loop's token."""
+    token, lock, count = anyio.lowlevel.current_token(), threading.Lock(), 0
 
     def send(message: str) -> None:
         nonlocal count
-        count += 1
+        with lock:
+            count += 1
+            sent = count
         try:
-            anyio.from_thread.run(ctx.report_progress, count, None, message)
+            anyio.from_thread.run(ctx.report_progress, sent, None, message, token=token)
         except Exception:  # noqa: BLE001 (progress is best effort: a closed stream must not fail the tool)
             pass
 
