@@ -208,6 +208,14 @@ def check_reports_can_be_trusted(snapshot: dict, artifacts: Path) -> None:
     profile = (artifacts / "profile_diff.md").read_text()
     assert profile.count("Per step, this process:") == len(per_step)
     assert all((c["why"] in profile) if not c["holds"] else True for c in per_step)
+    # the baselines table's cited medians add up, or the table says why not, beside the host's load
+    baselines = (artifacts / "baselines.md").read_text()
+    for row in snapshot["results"]["baselines"]["rows"]:
+        if row["status"] == "measured":
+            c = row["cited"]
+            adds_up = c["glue_ms"] <= c["kernel_ms"] * 1.001 and 1 / 1.1 <= c["kernel_ms"] / c["wall_ms"] <= 1.1
+            assert adds_up or f"- {row['variant']} at {row['tokens']} tokens: " in baselines, row
+    assert "host load while timing: 1-minute load average up to" in baselines
     # rank sees the glue outside every region, and the stop rule says what it saw
     rank = snapshot["results"]["rank"]
     ranked = (artifacts / "ranked.md").read_text()

@@ -88,11 +88,20 @@ def _descendants(pid: int) -> set[int]:
     return family
 
 
+def host_load() -> float:
+    """The host's 1-minute load average now (-1 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return -1.0
+
+
 def run_once(
     command: Sequence[str], *, index: int, env: Mapping[str, str] | None, poll_gpu: bool, timeout_s: float
 ) -> RunOutcome:
     """One fresh process; RESULT parsed from its own output only."""
     foreign: set[int] = set()
+    load = host_load()
     with tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, **(env or {})})
@@ -103,6 +112,7 @@ def run_once(
             if time.monotonic() > deadline:
                 proc.kill()
             time.sleep(POLL_INTERVAL_S)
+            load = max(load, host_load())
         log.seek(0)
         output = log.read()
     result = parse_result(output) if proc.returncode == 0 else None
@@ -112,5 +122,6 @@ def run_once(
         result=result,
         returncode=proc.returncode,
         foreign_pids=tuple(sorted(foreign)),
+        host_load=load if load >= 0 else None,
         log_tail=output[-2000:],
     )

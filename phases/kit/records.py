@@ -253,6 +253,8 @@ class RunOutcome(Record):
     returncode: int
     foreign_pids: tuple[int, ...] = ()
     """GPU compute processes seen during the run that were not this run's."""
+    host_load: float | None = None
+    """The highest 1-minute load average of the host seen while it ran (its own threads count too)."""
     log_tail: str = ""
 
 

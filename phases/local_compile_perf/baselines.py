@@ -11,13 +11,14 @@ compile at token counts left out by ``--per-layer-tokens``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
 from phases.kit.attention import GemmRateRequest
 from phases.kit.timing import is_cuda
 from phases.kit.workers import GEMM_RATE
-from phases.local_compile_perf import attention_floor
+from phases.local_compile_perf import attention_floor, per_step
 from phases.local_compile_perf.confirmed import build_cells, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
@@ -45,9 +46,12 @@ def run(ctx: PhaseContext) -> PhaseResult:
     for row in rows:
         log(ctx, describe_row(row), kind="measurement")
     gemm_rate, attention = check_attention(ctx, plan, rows)
+    load = max((r.host_load for r in rows if r.host_load is not None), default=None)
     ctx.write_artifact("baselines.md", ctx.render("baselines.md.j2", plan=plan, rows=rows, traps=traps,
                                                   runs=plan.sizes.runs, gpu_poll=answer["gpu_poll"],
-                                                  gemm_rate=gemm_rate, attention=attention))
+                                                  gemm_rate=gemm_rate, attention=attention,
+                                                  per_step=per_step_notes(rows, cuda=plan.cuda),
+                                                  host_load=per_step.host_load_note(load, os.cpu_count())))
     data = Baselines(traps=traps, rows=tuple(r.slim() for r in rows), gpu_poll=answer["gpu_poll"],
                      orders=answer["orders"], gemm_rate=gemm_rate, attention=tuple(attention)).model_dump(mode="json")
     if broken:
@@ -75,6 +79,18 @@ def check_attention(ctx: PhaseContext, plan: Plan, rows: list[Cell]) -> tuple[di
     for row in floors:
         log(ctx, attention_floor.describe(row), kind="measurement")
     return rate, floors
+
+
+def per_step_notes(rows: list[Cell], *, cuda: bool) -> list[str]:
+    """Why a measured row's cited glue, kernel and wall medians do not add up (nothing for rows that do)."""
+    notes = []
+    for row in (r for r in rows if r.status == "measured"):
+        c = row.cited
+        check = per_step.reading(kernel=c["kernel_ms"], wall=c["wall_ms"], cuda=cuda, parts=c["glue_ms"],
+                                 parts_name="glue", medians=True)
+        if not check["holds"]:
+            notes.append(f"{row.variant} at {row.tokens} tokens: {check['why']}")
+    return notes
 
 
 def trees_for(plan: Plan) -> list[tuple[str, str, tuple[int, ...]]]:

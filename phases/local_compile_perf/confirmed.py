@@ -65,6 +65,7 @@ def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], 
         "variant": variant["name"], "tree": variant["tree"], "tokens": tokens, "checkout": variant["checkout"],
         "runs_ok": len(ok), "runs_asked": runs,
         "foreign_pids": sorted({p for o in outcomes for p in o["foreign_pids"]}),
+        "host_load": max((o["host_load"] for o in outcomes if o.get("host_load") is not None), default=None),
         "failed": [{"index": o["index"], "returncode": o["returncode"], "log_tail": o["log_tail"][-600:]}
                    for o in outcomes if o["status"] != "ok"],
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
+from phases.local_compile_perf import per_step
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 
@@ -27,34 +28,15 @@ SYMPTOMS = {
 }
 
 
-PER_STEP_TOLERANCE = 1.1
-"""Kernel total within this factor of the wall (either way) counts as "about the wall"."""
-
-
 def per_step_check(row: Cell, *, cuda: bool) -> dict[str, Any]:
     """Do the first process's family times add up to at most its kernel total, and that to about its wall?
 
-    The families are the first fresh process's table, so its own kernel total and wall are the
-    comparison; ``why`` says in words what does not add up and the likely reason.
+    The families are the first fresh process's table, so its own kernel total and wall are the comparison.
     """
     families = sum(f["ms_per_step"] for f in row.families)
-    kernel, wall = row.samples["kernel_ms"][0], row.samples["wall_ms"][0]
-    ratio = kernel / wall
-    why = []
-    if families > kernel * 1.001:
-        why.append(f"family times ({families:.3f} ms) exceed the kernel total ({kernel:.3f} ms): the table counts "
-                   "some time twice")
-    if ratio > PER_STEP_TOLERANCE:
-        why.append(f"the kernel total is {ratio:.2f}x the wall: " + (
-            "kernels on several streams overlap" if cuda else
-            "host ops timed by self CPU time under the profiler, whose steps ran slower than the timed ones "
-            "(profiler overhead per op, and a shared host's load moves between the two)"))
-    elif ratio < 1 / PER_STEP_TOLERANCE:
-        why.append(f"kernels cover {ratio:.0%} of the wall: the rest is " + (
-            "device idle (launch gaps, host work)" if cuda else
-            "host time outside aten ops (Python, the autograd engine, compiled code)"))
-    return {"families_ms": families, "kernel_ms": kernel, "wall_ms": wall, "kernel_over_wall": ratio,
-            "holds": not why, "why": "; ".join(why)}
+    check = per_step.reading(kernel=row.samples["kernel_ms"][0], wall=row.samples["wall_ms"][0], cuda=cuda,
+                             parts=families)
+    return {"families_ms": families, **check}
 
 
 def family_ms(row: Cell) -> dict[str, float]:

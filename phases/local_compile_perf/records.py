@@ -144,6 +144,8 @@ class Cell(Record):
     runs_asked: int = 0
     foreign_pids: tuple[int, ...] = ()
     """GPU compute processes seen during its runs that were not theirs."""
+    host_load: float | None = None
+    """The highest 1-minute load average of the host during its runs (None: not sampled)."""
     failed: tuple[dict[str, Any], ...] = ()
     """{index, returncode, log_tail} of each FAILED fresh process."""
     samples: dict[str, tuple[float, ...]] = {}
