@@ -220,6 +220,9 @@ def check_reports_can_be_trusted(snapshot: dict, artifacts: Path) -> None:
     rank = snapshot["results"]["rank"]
     ranked = (artifacts / "ranked.md").read_text()
     assert "What the ranking sees: ranks at" in ranked
+    step = snapshot["results"]["ideal_times"]["eager_step"]  # one process: the ops timed alone and the whole step
+    assert rank["layer_ms"] == step["wall_ms"] and rank["eager_glue_ms"] <= step["glue_ms"]
+    assert "the layer time and the step's glue are from the ideal-times worker" in ranked
     if rank["unregioned_ms"] > 0:
         seen = [r["op"] for r in rank["ranked"]] + rank["dropped"]
         assert UNREGIONED in seen and UNREGIONED in ranked

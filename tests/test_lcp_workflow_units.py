@@ -342,15 +342,36 @@ def test_per_step_family_times_add_up_or_say_why_not():
 
 
 def test_rank_sees_glue_outside_every_region_and_the_stop_rule_says_what_it_saw():
-    from phases.local_compile_perf.rank import stop_caveat, unregioned_row
+    from phases.local_compile_perf.rank import glue_on_wall, stop_caveat, unregioned_row
 
-    eager = _cell("eager", wall=100.0, kernel=200.0, glue=120.0, families={})
-    outside, glue = unregioned_row(eager, [_glue_row("a", measured=20.0), _glue_row("b", measured=10.0)])
+    glue = glue_on_wall(120.0, 200.0, 100.0)
+    outside = unregioned_row(glue, [_glue_row("a", measured=20.0), _glue_row("b", measured=10.0)])
     assert glue == 60.0 and outside == 30.0  # the glue is scaled to the wall: the profiled step ran 2x longer
-    caveat = stop_caveat(1024, outside, glue, cuda=False)
-    assert "30.000 ms of 60.000 ms" in caveat and "an estimate" in caveat and "indicative" in caveat
-    covered, _ = unregioned_row(eager, [_glue_row("a", measured=70.0)])
-    assert covered < 0 and "none outside is seen" in stop_caveat(1024, covered, glue, cuda=True)
+    caveat = stop_caveat(1024, outside, glue, cuda=False, source="the ideal-times worker")
+    assert "30.000 ms of 60.000 ms" in caveat and "from the ideal-times worker" in caveat and "indicative" in caveat
+    covered = unregioned_row(glue, [_glue_row("a", measured=70.0)])
+    assert covered < 0 and "none outside is seen" in stop_caveat(1024, covered, glue, cuda=True, source="x")
+
+
+def test_rank_takes_the_layer_and_the_outside_glue_from_the_process_that_timed_the_ops():
+    """Blind trial 2026-12-04: the outside row was the baselines' eager glue minus ops timed in another phase."""
+    from types import SimpleNamespace
+
+    from phases.local_compile_perf.rank import eager_step
+    from phases.local_compile_perf.records import Baselines
+    from phases.kit.records import Bandwidth
+    from phases.local_compile_perf.results import IdealTimes
+
+    bandwidth = Bandwidth(tbs=0.04, kind="host_memcpy", label="host memcpy", nbytes=1, copies=1, seconds=1.0,
+                          warmup=1)
+    baselines = Baselines(traps={}, rows=(_cell("eager", wall=2547.9, kernel=2000.0, glue=1406.4, families={}),),
+                          gpu_poll="none", orders=())
+    ctx = SimpleNamespace(result=lambda phase, model: baselines)
+    same = IdealTimes(bandwidth=bandwidth, tokens=256, rows=(), regions_found=(),
+                      eager_step={"wall_ms": 400.0, "kernel_ms": 500.0, "glue_ms": 250.0})
+    assert eager_step(ctx, same) == (400.0, 200.0, "the ideal-times worker, beside the ops timed alone")
+    without = same.model_copy(update={"eager_step": None})
+    assert eager_step(ctx, without) == (2547.9, 1406.4, "the baselines' eager cell")
 
 
 def _glue_row(op, *, measured=1.0, region=""):

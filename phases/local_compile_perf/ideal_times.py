@@ -56,7 +56,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
                                                     device_name=plan.device_name))
     return PhaseResult(outcome="passed",
                        summary=f"ideal times: {bw['tbs']:.2f} TB/s, {len(rows)} glue op(s) at {tokens} tokens",
-                       data={"bandwidth": bw, "tokens": tokens, "rows": rows, "regions_found": glue["regions_found"]})
+                       data={"bandwidth": bw, "tokens": tokens, "rows": rows, "regions_found": glue["regions_found"],
+                             "eager_step": glue.get("eager_step")})
 
 
 def build_gap_rows(ops: list[dict[str, Any]], *, bandwidth_tbs: float) -> list[dict[str, Any]]:

@@ -1,9 +1,11 @@
 """Step 4, rank: score = (measured - ideal) x share of the layer, the ~1% cut, the stop rule.
 
-The layer time is the eager tree's cited wall time at the token count the glue ops were
-measured at (the same process-median the baselines table shows). Scores come from the
-kit's rank (items under the threshold are dropped unless flagged), and the stop rule is
-evaluated on the top remaining candidate.
+Every number of the ranking comes from one process, the ideal-times phase's glue worker: each
+region's ops timed alone, and the whole eager step timed and profiled beside them, whose wall is
+the layer time and whose glue, less the ops timed alone, is the row of glue outside every region.
+A harness without regions has no such worker; its layer and glue are the baselines' eager cell.
+Scores come from the kit's rank (items under the threshold are dropped unless flagged), and the
+stop rule is evaluated on the top remaining candidate.
 """
 
 from __future__ import annotations
@@ -14,39 +16,42 @@ from typing import Sequence
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.confirmed import measured
-from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.records import Baselines, Plan
 from phases.local_compile_perf.results import GlueRow, IdealTimes
-
-
-def layer_ms_at(ctx: PhaseContext, tokens: int) -> float:
-    row = measured(ctx.result("baselines", Baselines).rows, "eager", tokens)
-    if row is None:
-        raise ValueError(f"rank: no measured eager cell at {tokens} tokens to take the layer time from")
-    return row.cited["wall_ms"]
-
 
 UNREGIONED = "(glue outside every region)"
 
 
-def eager_glue_on_wall(row: Cell) -> float:
-    """The eager cell's profiler glue per step, scaled to its wall where the profiled step ran longer."""
-    glue, kernel, wall = row.cited["glue_ms"], row.cited["kernel_ms"], row.cited["wall_ms"]
+def glue_on_wall(glue: float, kernel: float, wall: float) -> float:
+    """Profiler glue per step, scaled to the wall where the profiled step ran longer than the timed ones."""
     return glue * min(1.0, wall / kernel) if kernel else glue
 
 
-def unregioned_row(eager: Cell, region_rows: Sequence[GlueRow]) -> tuple[float, float]:
-    """(glue no declared region takes, eager glue per step): the eager glue minus the regions' ops timed alone."""
-    glue = eager_glue_on_wall(eager)
-    return glue - sum(r.measured_ms for r in region_rows), glue
+def eager_step(ctx: PhaseContext, ideal: IdealTimes) -> tuple[float, float, str]:
+    """(layer wall, eager glue on that wall, where both were measured) at the glue ops' token count."""
+    if ideal.eager_step:
+        step = ideal.eager_step
+        return step["wall_ms"], glue_on_wall(step["glue_ms"], step["kernel_ms"], step["wall_ms"]), \
+            "the ideal-times worker, beside the ops timed alone"
+    row = measured(ctx.result("baselines", Baselines).rows, "eager", ideal.tokens)
+    if row is None:
+        raise ValueError(f"rank: no measured eager cell at {ideal.tokens} tokens to take the layer time from")
+    c = row.cited
+    return c["wall_ms"], glue_on_wall(c["glue_ms"], c["kernel_ms"], c["wall_ms"]), "the baselines' eager cell"
 
 
-def stop_caveat(tokens: int, outside: float, glue: float, *, cuda: bool) -> str:
+def unregioned_row(glue: float, region_rows: Sequence[GlueRow]) -> float:
+    """The eager glue per step no declared region takes: the step's glue minus the regions' ops timed alone."""
+    return glue - sum(r.measured_ms for r in region_rows)
+
+
+def stop_caveat(tokens: int, outside: float, glue: float, *, cuda: bool, source: str) -> str:
     seen = (f"the glue outside every region ({outside:.3f} ms of {glue:.3f} ms eager glue per step) ranks as one row "
             "with no ideal (its bytes are not counted)" if outside > 0 else
             f"the regions' ops timed alone account for all {glue:.3f} ms of eager glue, so none outside is seen")
     timer = "" if cuda else "; host timer: profiler times are host ops, indicative"
     return (f"ranks at {tokens} tokens only: the declared regions' ops, each timed alone in eager, and {seen}; the "
-            f"outside row is an estimate (a profiled step minus ops timed alone){timer}")
+            f"layer time and the step's glue are from {source}{timer}")
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -55,10 +60,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
 
     ideal = ctx.result("ideal_times", IdealTimes)
     threshold = ctx.result("plan", Plan).stop_threshold
-    layer = layer_ms_at(ctx, ideal.tokens)
+    layer, glue, source = eager_step(ctx, ideal)
     rows = [RankItem(name=r.op, measured_ms=r.measured_ms, ideal_ms=r.ideal_ms, layer_ms=layer) for r in ideal.rows]
-    outside, glue = unregioned_row(measured(ctx.result("baselines", Baselines).rows, "eager", ideal.tokens),
-                                   ideal.rows)
+    outside = unregioned_row(glue, ideal.rows)
     if outside > 0:
         rows.append(RankItem(name=UNREGIONED, measured_ms=outside, ideal_ms=0.0, layer_ms=layer))
     ranked = rank_candidates(rows, threshold=threshold)
@@ -70,7 +74,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     for k in items:
         if k["score_ms"] != k["score_ms"]:  # NaN would poison the ranking
             raise ValueError(f"rank: NaN score for {k['op']}")
-    caveat = stop_caveat(ideal.tokens, outside, glue, cuda=ctx.result("plan", Plan).cuda)
+    caveat = stop_caveat(ideal.tokens, outside, glue, cuda=ctx.result("plan", Plan).cuda, source=source)
     reason = f"{stop.reason} (caveat: {caveat})" if stop.stop else stop.reason
     data = {"layer_ms": layer, "tokens": ideal.tokens, "ranked": items, "dropped": dropped,
             "unregioned_ms": outside, "eager_glue_ms": glue,

@@ -44,6 +44,9 @@ class IdealTimes(Record):
     """The token count the glue ops were measured at."""
     rows: tuple[GlueRow, ...]
     regions_found: tuple[str, ...]
+    eager_step: dict[str, float] | None = None
+    """wall_ms, kernel_ms, glue_ms of the whole eager step, timed in the process that timed the ops alone
+    (work/glue EagerStep); None for a harness without regions."""
 
 
 class RankedOp(Record):

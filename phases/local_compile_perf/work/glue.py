@@ -64,6 +64,18 @@ class GlueOp(BaseModel):
     """The op's best-known kernel timed on the same arguments, or why it was not (work/best_known.py)."""
 
 
+class EagerStep(BaseModel):
+    """One eager fwd+bwd step of the whole harness, timed and profiled in the process that timed the ops."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    wall_ms: float
+    """Median wall time per step."""
+    kernel_ms: float
+    """Profiled kernel (or host-op) time per step."""
+    glue_ms: float
+    """Of ``kernel_ms``, what the step's glue counts (not GEMM, not attention)."""
+
+
 class GlueResponse(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     tokens: int
@@ -74,6 +86,8 @@ class GlueResponse(BaseModel):
     call_floor_ms: float | None = None
     """Median time of one compiled call that does almost nothing (a one-element add), fwd+bwd,
     when regions were bound: what a compiled call costs here whatever its bytes."""
+    eager_step: EagerStep | None = None
+    """The whole eager step in this process (asked for without regions): what the ops timed alone leave over."""
     provenance: dict[str, Any]
 
 
@@ -188,6 +202,16 @@ def measure_call_floor(*, device: str, warmup: int, iters: int) -> float:
     return statistics.median(timing.samples_ms)
 
 
+def measure_eager_step(step: Callable[[], Any], *, device: str, timing: TimingKnobs) -> EagerStep:
+    """The whole step's wall (median of timed steps, after a warm-up) and its profiled kernel and glue time."""
+    from phases.kit.profile import profile_kernels
+    from phases.kit.timing import measure_step
+
+    wall = measure_step(step, warmup=timing.warmup, iters=timing.iters, device=device).median_ms
+    table = profile_kernels(step, steps=timing.profile_steps, device=device)
+    return EagerStep(wall_ms=wall, kernel_ms=table.total_ms_per_step, glue_ms=table.glue_ms_per_step)
+
+
 def measure_glue_worker(request: dict) -> dict:
     """Worker entry: GlueRequest -> GlueResponse (see the module docstring)."""
     from orchestrator.progress import Eta, report
@@ -219,9 +243,12 @@ def measure_glue_worker(request: dict) -> dict:
     harness.bind_regions([])
     floor = measure_call_floor(device=req.device, warmup=req.timing.warmup, iters=req.timing.iters) \
         if req.regions else None
+    if not req.regions:
+        report("timing and profiling the whole eager step")
+    eager = None if req.regions else measure_eager_step(workload.step, device=req.device, timing=req.timing)
     return GlueResponse(
         tokens=req.tokens, device=req.device, timer="cuda_events" if req.device.startswith("cuda") else "host",
-        ops=tuple(ops), regions_found=tuple(sorted(slots)), call_floor_ms=floor,
+        ops=tuple(ops), regions_found=tuple(sorted(slots)), call_floor_ms=floor, eager_step=eager,
         provenance=collect_provenance(command=f"measure_glue_worker {req.model_dump_json()}", seed=req.seed,
                                       target=Path.cwd()),
     ).model_dump(mode="json")
