@@ -126,6 +126,10 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     assert checked["tp_ep"]["blocking"] == [] and set(checked["not_covered"]) == {"pp", "ac"}
     assert tp_ep["check"]["items"]["rank_7"] == "PASS" and tp_ep["check"]["zero_token_growth"]["swiglu"] == 1
     assert "## TP/EP build check at world 8: FAIL" in table and "zero_token_graphs" in table
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    checked_in = {e["phase"] for e in events
+                  if e["type"] == "record_added" and e["data"]["kind"] == "tp_ep_build_check"}
+    assert checked_in == {"graph_budget"}, checked_in  # cheap checks before minutes of timing
 
     artifacts = run_dir / "artifacts"
     findings = (artifacts / "FINDINGS.md").read_text()

@@ -2,10 +2,10 @@
 
 A candidate is the workflow's ``candidate`` submission row (``engine.submit``: the
 ``orchestrator submit RUN candidate`` command, its ``candidate`` alias and the agent's ``submit``
-tool): ``accept_candidate`` records a ``candidate_submitted`` record and the engine drives the run on: pick_fix picks
-the submission up and replays it on the stack, then graph budget -> screen and confirm ->
-correctness -> commit and scope. Each of those phases either passes the candidate on or
-rejects it (a ``candidate_verdict`` record with its numbers, route "rejected" back to
+tool): ``accept_candidate`` records a ``candidate_submitted`` record and the engine drives the run
+on: pick_fix picks the submission up and replays it on the stack, then graph budget and the TP/EP
+build check -> screen and confirm -> correctness -> commit and scope. Each of those phases either
+passes the candidate on or rejects it (a ``candidate_verdict`` record with its numbers, route "rejected" back to
 pick_fix); a validated one becomes the next ``stack/<n>-<label>`` branch. Rejection is a
 finding, not a failure: the run goes on waiting for the next candidate.
 """

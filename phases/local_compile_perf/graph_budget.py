@@ -1,9 +1,14 @@
-"""Step 6, graph budget: every region the candidate's tree enables, over all shapes + no_grad.
+"""Step 6, graph budget: every region the candidate's tree enables, over all shapes + no_grad; then TP/EP.
 
 Counted in the candidate's checkout (kit graphs: Dynamo reset, fwd+bwd at every token
 count, then a no_grad forward each), per region from its function's cache entries. The
 candidate is rejected when any region hits the recompile limit or goes over the headroom
 target (75% of the limit, 6 of 8), or when its regions do not compile at all.
+
+Within budget, the candidate is build-checked at world 8 (``tp_ep``: shapes per rank, graphs per
+region, a zero-token rank, on a fake process group), a step-8 check run here because it is cheap
+and a candidate that breaks there cannot be committed: it is rejected before minutes of timing.
+The correctness phase carries the verdict into its record and table.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from phases.kit.workers import GRAPH_BUDGET
 from phases.local_compile_perf.candidates import current, in_checkout, reject
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.tp_ep import brief, check_tp_ep, summary
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -42,5 +48,12 @@ def run(ctx: PhaseContext) -> PhaseResult:
         over = ", ".join(f"{name} {n}" for name, n in per.items() if n > count["target"])
         return reject(ctx, cand, f"graphs per region over the headroom target {count['target']} of "
                                  f"{count['recompile_limit']}: {over}", numbers=numbers)
+    tp_ep = check_tp_ep(ctx, plan, cand)
+    ctx.add_record("tp_ep_build_check", tp_ep.model_dump(mode="json"))
+    log(ctx, f"{summary(tp_ep)} ({cand.label!r})", kind="measurement")
+    if tp_ep.blocking:
+        return reject(ctx, cand, summary(tp_ep), numbers={**numbers, "tp_ep": brief(tp_ep)})
     return PhaseResult(outcome="passed", summary=f"graph budget: worst {worst} <= {count['target']} of "
-                                                 f"{count['recompile_limit']}", data={"graphs": numbers})
+                                                 f"{count['recompile_limit']}; TP/EP build check "
+                                                 f"{tp_ep.check.status}",
+                       data={"graphs": numbers, "tp_ep": brief(tp_ep)})

@@ -18,6 +18,8 @@ a check that could not run (UNRUN, with the reason). A job on real ranks is not 
 
 from __future__ import annotations
 
+from typing import Any
+
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.candidates import in_checkout
@@ -87,3 +89,13 @@ def summary(verdict: TpEpVerdict) -> str:
     if check.status == "UNRUN":
         line += f"; {check.reason}"
     return line + (f"; blocking: {', '.join(verdict.blocking)}" if verdict.blocking else "")
+
+
+def brief(tp_ep: TpEpVerdict | None) -> dict[str, Any]:
+    """The build check as the graph-budget data and the correctness record carry it (the full check is its own
+    record)."""
+    if tp_ep is None:
+        return {"status": "UNRUN", "reason": "no build check of this candidate in the run"}
+    check = tp_ep.check
+    return {"status": check.status, "reason": check.reason, "items": check.items, "blocking": list(tp_ep.blocking),
+            "findings": list(tp_ep.findings), "world_size": check.world_size, "tp": check.tp, "ep": check.ep}

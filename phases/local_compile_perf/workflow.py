@@ -61,7 +61,7 @@ WORKFLOW = Workflow(
                           "Answer candidates=done when the stop rule holds or the budget is spent. Where a rewrite "
                           "cannot reach its ideal time, add a note `blocker: <region>: what blocks it` (the kernel, "
                           "the bytes, the compiler limit): the findings carry it."),
-        phase("graph_budget", title="graphs over all shapes + no_grad",
+        phase("graph_budget", title="graphs over all shapes + no_grad, TP/EP build check",
               gates=("candidate_pending",), routes=BACK, returns=GraphBudget),
         phase("screen_confirm", title="screen, then 3 fresh processes",
               timeout_s=3600, routes=BACK, returns=ScreenConfirm),
