@@ -1,0 +1,50 @@
+"""FINDINGS.md and the PR texts from small hand-built records: what a reader of the blind trial
+(bench/results/2026-12-04-blind-trial-lcp) could not tell from them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from orchestrator.context import render_template
+
+def judged(tokens, stack, candidate, noise, verdict="indicative"):
+    return {"tokens": tokens, "metric": "wall_ms", "stack": stack, "candidate": candidate,
+            "delta_pct": (candidate - stack) / stack * 100, "noise_band_pct": noise, "verdict": verdict}
+
+
+def summary(device="cpu", *, rejected=(), asked_lines=()):
+    spec = SimpleNamespace(name="embedded:moe_layer", layer_kinds=("dense", "moe"), ac_mode="none",
+                           fp32_precision="tf32")
+    entry = {"position": 1, "branch": "stack/1-weighted-combine", "label": "weighted combine", "candidate": "c4-431c",
+             "source_branch": "wc", "regions": ["weighted_combine"], "stack_regions_before": ["router"],
+             "recipe_edit": "examples/moe_layer/trainer_settings.py",
+             "files": ["examples/moe_layer/moe.py", "examples/moe_layer/trainer_settings.py"],
+             "judged": [judged(256, 191.926, 189.841, 26.8), judged(512, 438.873, 390.961, 53.9),
+                        judged(1024, 1115.742, 912.150, 128.7)], "replay": [],
+             "correctness": [{"label": "bf16", "worst_rel_l2": 1e-3}],
+             "graphs": {"per_region": {"weighted_combine": 2}, "tokens": [256, 512, 1024], "limit": 8, "target": 6}}
+    if device != "cpu":
+        entry["judged"] = [{**j, "verdict": "win"} for j in entry["judged"]]
+    s = {"plan": SimpleNamespace(spec=spec, device=device, device_name="host"), "entries": [entry],
+         "per_tokens": [], "rejected": list(rejected), "limits": [], "not_tested": ["x"], "feedback": [],
+         "linear": True, "runs": 3, "bandwidth": {"tbs": 0.04, "kind": "host memcpy"}, "glue_bar_pct": 30.0,
+         "asked": {entry["branch"]: list(asked_lines)}}
+    return s, entry
+
+
+CONFIRMED = [judged(256, 100.0, 77.1, 26.8), judged(512, 100.0, 59.5, 53.9)]
+REJECTED = {"id": "c3-aa", "label": "residual norm", "branch": "candidate/rn", "phase": "correctness",
+            "reason": "fp32: out rel L2 0.1 > tol 0.01", "numbers": {"confirmed": CONFIRMED}, "regions": []}
+
+
+def test_findings_stack_lines_name_their_own_session_and_on_a_host_timer_are_indicative_with_noise():
+    s, _ = summary(rejected=[REJECTED])
+    text = render_template("local_compile_perf", "findings.md.j2", s=s)
+    header = next(line for line in text.splitlines() if line.startswith("stack (order"))
+    assert "its own confirmation session" in header and "not to be set against them" in header
+    assert "512 438.873 -> 390.961 ms (-10.9%, indicative, noise 53.9%)" in text
+    assert "1024 1115.742 -> 912.150 ms (-18.2%, indicative, noise 128.7%)" in text
+    assert ("confirmed first (wall_ms vs the stack, median of 3): 256 tokens -22.9% (indicative, noise 26.8%), "
+            "512 tokens -40.5% (indicative, noise 53.9%)") in text
+    gpu = render_template("local_compile_perf", "findings.md.j2", s=summary("cuda", rejected=[REJECTED])[0])
+    assert "512 438.873 -> 390.961 ms (-10.9%, win)" in gpu and "indicative" not in gpu
