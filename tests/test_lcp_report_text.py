@@ -6,6 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from orchestrator.context import render_template
+from phases.local_compile_perf.findings import asked, rejections
+from phases.local_compile_perf.pr_lint import lint_pr_text
 
 def judged(tokens, stack, candidate, noise, verdict="indicative"):
     return {"tokens": tokens, "metric": "wall_ms", "stack": stack, "candidate": candidate,
@@ -48,3 +50,33 @@ def test_findings_stack_lines_name_their_own_session_and_on_a_host_timer_are_ind
             "512 tokens -40.5% (indicative, noise 53.9%)") in text
     gpu = render_template("local_compile_perf", "findings.md.j2", s=summary("cuda", rejected=[REJECTED])[0])
     assert "512 438.873 -> 390.961 ms (-10.9%, win)" in gpu and "indicative" not in gpu
+
+
+def _verdict(id_, label, phase, reason):
+    from phases.local_compile_perf.results import CandidateVerdict
+
+    return CandidateVerdict(id=id_, branch=f"b/{id_}", label=label, verdict="rejected", phase=phase, reason=reason,
+                            kept_branch=None)
+
+
+def test_pr_asks_each_rejection_once_and_calls_its_own_rejections_earlier_attempts():
+    from phases.local_compile_perf.records import Candidate
+
+    budget = "graphs per region over the headroom target 6 of 8: rope 8"
+    verdicts = [_verdict("c1", "weighted combine", "graph_budget", budget),
+                _verdict("c2", "weighted combine", "correctness", "rank_0 (ValueError)"),
+                _verdict("c3", "weighted combine", "correctness", "rank_0 (ValueError)"),
+                _verdict("c5", "real rope", "graph_budget", budget)]
+    submissions = [Candidate(id=f"c{n}", branch="b", label="x", regions=("rope",) if n in (1, 5) else (),
+                             actor="agent", submitted_at="t") for n in range(1, 6)]
+    rejected = rejections(verdicts, submissions)
+    s, entry = summary()
+    lines = asked(rejected, {**entry, "candidate": "c4"}, {c.id: n for n, c in enumerate(submissions)})
+    assert lines == [f"earlier attempt of this rewrite: rejected at graph_budget: {budget} (the submission named "
+                     "regions: rope)",
+                     "earlier attempt of this rewrite: rejected at correctness: rank_0 (ValueError)",
+                     f"why not real rope? rejected at graph_budget: {budget} (the submission named regions: rope)"]
+    s["rejected"], s["asked"][entry["branch"]] = rejected, lines
+    pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
+    assert "why not weighted combine?" not in pr and pr.count("earlier attempt of this rewrite") == 2
+    assert lint_pr_text(pr) == []
