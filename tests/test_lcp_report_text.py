@@ -80,3 +80,13 @@ def test_pr_asks_each_rejection_once_and_calls_its_own_rejections_earlier_attemp
     pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
     assert "why not weighted combine?" not in pr and pr.count("earlier attempt of this rewrite") == 2
     assert lint_pr_text(pr) == []
+
+
+def test_pr_cost_today_is_at_the_tldr_count_and_problem_two_names_only_code_files():
+    s, entry = summary()
+    pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
+    assert pr.splitlines()[0].count("1024 tokens 1115.742 -> 912.150 ms") == 1
+    assert "4. Cost today at 1024 tokens: 1115.742 ms per fwd+bwd step" in pr
+    assert "2. The glue in examples/moe_layer/moe.py runs as separate eager kernels" in pr
+    assert "Files: examples/moe_layer/moe.py, examples/moe_layer/trainer_settings.py." in pr
+    assert "why not a bigger region?" in pr and lint_pr_text(pr) == []
