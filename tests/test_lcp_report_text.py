@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from orchestrator.context import render_template
 from phases.local_compile_perf.findings import asked, rejections
 from phases.local_compile_perf.pr_lint import lint_pr_text
+from tests.conftest import make_repo
+
+SETTINGS = Path(__file__).resolve().parent.parent / "phases/local_compile_perf/embedded/moe_layer/trainer_settings.py"
+
 
 def judged(tokens, stack, candidate, noise, verdict="indicative"):
     return {"tokens": tokens, "metric": "wall_ms", "stack": stack, "candidate": candidate,
@@ -90,3 +98,19 @@ def test_pr_cost_today_is_at_the_tldr_count_and_problem_two_names_only_code_file
     assert "2. The glue in examples/moe_layer/moe.py runs as separate eager kernels" in pr
     assert "Files: examples/moe_layer/moe.py, examples/moe_layer/trainer_settings.py." in pr
     assert "why not a bigger region?" in pr and lint_pr_text(pr) == []
+
+
+@pytest.mark.parametrize("regions", [("weighted_combine",), ("swiglu", "rope")])
+def test_the_recipe_docstring_stays_true_after_a_stack_entry_enables_regions(tmp_path, regions):
+    from phases.local_compile_perf.stack import enable_in_recipe, recipe_regions
+    from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS
+
+    repo = make_repo(tmp_path / "t", {str(EMBEDDED_SETTINGS): SETTINGS.read_text()})
+    assert enable_in_recipe(Path(repo.working_dir), regions) == str(EMBEDDED_SETTINGS)
+    enabled = recipe_regions(Path(repo.working_dir))
+    assert enabled == ("router", *regions)
+    body = ast.parse((Path(repo.working_dir) / EMBEDDED_SETTINGS).read_text()).body
+    at = next(n for n, node in enumerate(body) if isinstance(node, ast.AnnAssign)
+              and node.target.id == "UPSTREAM_REGIONS")
+    doc = body[at + 1].value.value
+    assert not any(name in doc for name in enabled) and "only" not in doc, doc
