@@ -146,7 +146,7 @@ def test_reports_on_a_host_timer_call_nothing_a_win(device):
                "rejected": [], "limits": [],
                "not_tested": ["x"], "feedback": [], "linear": True,
                "glue_bar_pct": 30.0, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "x"},
-               "rewrite_deltas": []}
+               "rewrite_deltas": [], "asked": {entry["branch"]: []}}
     findings = render_template("local_compile_perf", "findings.md.j2", s=summary)
     pr = render_template("local_compile_perf", "pr.md.j2", s=summary, e=entry, findings=findings)
     assert lint_pr_text(pr) == []

@@ -18,7 +18,7 @@ from phases.local_compile_perf.confirmed import measured
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.glue_bar import GLUE_BAR_PCT, judge_glue_bar
 from phases.local_compile_perf.pr_lint import lint_pr_text
-from phases.local_compile_perf.records import Baselines, Plan
+from phases.local_compile_perf.records import Baselines, Candidate, Plan
 from phases.local_compile_perf.results import CandidateVerdict, IdealTimes, PrDecision
 from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas
 from phases.local_compile_perf.skill_feedback import collect_feedback
@@ -80,7 +80,9 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     per_tokens = side_by_side(stack_code)
     context = [{"tokens": t, **{v: (c.cited if (c := measured(baselines, v, t)) else None)
                                 for v in ("eager", "upstream", "per_layer")}} for t in plan.tokens]
-    rejected = [v.model_dump(mode="json") for v in ctx.records(CandidateVerdict) if v.verdict == "rejected"]
+    submissions = ctx.records(Candidate)
+    order = {c.id: n for n, c in enumerate(submissions)}
+    rejected = rejections(ctx.records(CandidateVerdict), submissions)
     limits = [v for v in rejected if v["phase"] == "graph_budget"
               and (v["numbers"].get("limit_hit") or not v["numbers"])]
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
@@ -93,7 +95,29 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
             "bandwidth": bandwidth, "stack_code": stack_code, "reached_ratio": REACHED_RATIO,
             "glue_bar": glue_bar_of(stack_code), "glue_bar_pct": GLUE_BAR_PCT,
             "ops_add_up": ops_add_up(stack_code, entries, cuda=plan.cuda),
-            "rewrite_deltas": deltas}
+            "rewrite_deltas": deltas,
+            "asked": {e["branch"]: asked(rejected, e, order) for e in entries}}
+
+
+def rejections(verdicts: list[CandidateVerdict], submissions: list[Candidate]) -> list[dict[str, Any]]:
+    """The rejected verdicts as the reports cite them, each with the regions its submission named."""
+    named = {c.id: list(c.regions) for c in submissions}
+    return [{**v.model_dump(mode="json"), "regions": named.get(v.id, [])} for v in verdicts if v.verdict == "rejected"]
+
+
+def asked(rejected: list[dict[str, Any]], entry: dict[str, Any], order: dict[str, int]) -> list[str]:
+    """A PR's "You may ask" lines: each rejection once; one of the entry's own label is an earlier (or later)
+    attempt of this rewrite (``order``: submission id to its place in line); the regions a submission named."""
+    lines = []
+    for r in rejected:
+        named = f" (the submission named regions: {', '.join(r['regions'])})" if r.get("regions") else ""
+        ruling = f"rejected at {r['phase']}: {r['reason']}{named}"
+        if r["label"] == entry["label"]:
+            when = "earlier" if order.get(r["id"], -1) < order.get(entry["candidate"], len(order)) else "later"
+            lines.append(f"{when} attempt of this rewrite: {ruling}")
+        else:
+            lines.append(f"why not {r['label']}? {ruling}")
+    return list(dict.fromkeys(lines))
 
 
 def ops_add_up(stack_code: dict[str, Any] | None, entries: list[dict[str, Any]], *, cuda: bool) -> str:

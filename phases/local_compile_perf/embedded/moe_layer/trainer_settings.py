@@ -12,4 +12,4 @@ AC_MODE = "none"
 """The recipe trains without activation checkpointing."""
 
 UPSTREAM_REGIONS: tuple[str, ...] = ("router",)
-"""Regions the recipe enables today: only the router glue."""
+"""Regions the recipe enables today ("upstream"); a stack entry adds the regions it names to this tuple."""

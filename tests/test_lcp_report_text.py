@@ -1,0 +1,116 @@
+"""FINDINGS.md and the PR texts from small hand-built records: what a reader of the blind trial
+(bench/results/2026-12-04-blind-trial-lcp) could not tell from them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.context import render_template
+from phases.local_compile_perf.findings import asked, rejections
+from phases.local_compile_perf.pr_lint import lint_pr_text
+from tests.conftest import make_repo
+
+SETTINGS = Path(__file__).resolve().parent.parent / "phases/local_compile_perf/embedded/moe_layer/trainer_settings.py"
+
+
+def judged(tokens, stack, candidate, noise, verdict="indicative"):
+    return {"tokens": tokens, "metric": "wall_ms", "stack": stack, "candidate": candidate,
+            "delta_pct": (candidate - stack) / stack * 100, "noise_band_pct": noise, "verdict": verdict}
+
+
+def summary(device="cpu", *, rejected=(), asked_lines=()):
+    spec = SimpleNamespace(name="embedded:moe_layer", layer_kinds=("dense", "moe"), ac_mode="none",
+                           fp32_precision="tf32")
+    entry = {"position": 1, "branch": "stack/1-weighted-combine", "label": "weighted combine", "candidate": "c4-431c",
+             "source_branch": "wc", "regions": ["weighted_combine"], "stack_regions_before": ["router"],
+             "recipe_edit": "examples/moe_layer/trainer_settings.py",
+             "files": ["examples/moe_layer/moe.py", "examples/moe_layer/trainer_settings.py"],
+             "judged": [judged(256, 191.926, 189.841, 26.8), judged(512, 438.873, 390.961, 53.9),
+                        judged(1024, 1115.742, 912.150, 128.7)], "replay": [],
+             "correctness": [{"label": "bf16", "worst_rel_l2": 1e-3}],
+             "graphs": {"per_region": {"weighted_combine": 2}, "tokens": [256, 512, 1024], "limit": 8, "target": 6}}
+    if device != "cpu":
+        entry["judged"] = [{**j, "verdict": "win"} for j in entry["judged"]]
+    s = {"plan": SimpleNamespace(spec=spec, device=device, device_name="host"), "entries": [entry],
+         "per_tokens": [], "rejected": list(rejected), "limits": [], "not_tested": ["x"], "feedback": [],
+         "linear": True, "runs": 3, "bandwidth": {"tbs": 0.04, "kind": "host memcpy"}, "glue_bar_pct": 30.0,
+         "asked": {entry["branch"]: list(asked_lines)}}
+    return s, entry
+
+
+CONFIRMED = [judged(256, 100.0, 77.1, 26.8), judged(512, 100.0, 59.5, 53.9)]
+REJECTED = {"id": "c3-aa", "label": "residual norm", "branch": "candidate/rn", "phase": "correctness",
+            "reason": "fp32: out rel L2 0.1 > tol 0.01", "numbers": {"confirmed": CONFIRMED}, "regions": []}
+
+
+def test_findings_stack_lines_name_their_own_session_and_on_a_host_timer_are_indicative_with_noise():
+    s, _ = summary(rejected=[REJECTED])
+    text = render_template("local_compile_perf", "findings.md.j2", s=s)
+    header = next(line for line in text.splitlines() if line.startswith("stack (order"))
+    assert "its own confirmation session" in header and "not to be set against them" in header
+    assert "512 438.873 -> 390.961 ms (-10.9%, indicative, noise 53.9%)" in text
+    assert "1024 1115.742 -> 912.150 ms (-18.2%, indicative, noise 128.7%)" in text
+    assert ("confirmed first (wall_ms vs the stack, median of 3): 256 tokens -22.9% (indicative, noise 26.8%), "
+            "512 tokens -40.5% (indicative, noise 53.9%)") in text
+    gpu = render_template("local_compile_perf", "findings.md.j2", s=summary("cuda", rejected=[REJECTED])[0])
+    assert "512 438.873 -> 390.961 ms (-10.9%, win)" in gpu and "indicative" not in gpu
+
+
+def _verdict(id_, label, phase, reason):
+    from phases.local_compile_perf.results import CandidateVerdict
+
+    return CandidateVerdict(id=id_, branch=f"b/{id_}", label=label, verdict="rejected", phase=phase, reason=reason,
+                            kept_branch=None)
+
+
+def test_pr_asks_each_rejection_once_and_calls_its_own_rejections_earlier_attempts():
+    from phases.local_compile_perf.records import Candidate
+
+    budget = "graphs per region over the headroom target 6 of 8: rope 8"
+    verdicts = [_verdict("c1", "weighted combine", "graph_budget", budget),
+                _verdict("c2", "weighted combine", "correctness", "rank_0 (ValueError)"),
+                _verdict("c3", "weighted combine", "correctness", "rank_0 (ValueError)"),
+                _verdict("c5", "real rope", "graph_budget", budget)]
+    submissions = [Candidate(id=f"c{n}", branch="b", label="x", regions=("rope",) if n in (1, 5) else (),
+                             actor="agent", submitted_at="t") for n in range(1, 6)]
+    rejected = rejections(verdicts, submissions)
+    s, entry = summary()
+    lines = asked(rejected, {**entry, "candidate": "c4"}, {c.id: n for n, c in enumerate(submissions)})
+    assert lines == [f"earlier attempt of this rewrite: rejected at graph_budget: {budget} (the submission named "
+                     "regions: rope)",
+                     "earlier attempt of this rewrite: rejected at correctness: rank_0 (ValueError)",
+                     f"why not real rope? rejected at graph_budget: {budget} (the submission named regions: rope)"]
+    s["rejected"], s["asked"][entry["branch"]] = rejected, lines
+    pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
+    assert "why not weighted combine?" not in pr and pr.count("earlier attempt of this rewrite") == 2
+    assert lint_pr_text(pr) == []
+
+
+def test_pr_cost_today_is_at_the_tldr_count_and_problem_two_names_only_code_files():
+    s, entry = summary()
+    pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
+    assert pr.splitlines()[0].count("1024 tokens 1115.742 -> 912.150 ms") == 1
+    assert "4. Cost today at 1024 tokens: 1115.742 ms per fwd+bwd step" in pr
+    assert "2. The glue in examples/moe_layer/moe.py runs as separate eager kernels" in pr
+    assert "Files: examples/moe_layer/moe.py, examples/moe_layer/trainer_settings.py." in pr
+    assert "why not a bigger region?" in pr and lint_pr_text(pr) == []
+
+
+@pytest.mark.parametrize("regions", [("weighted_combine",), ("swiglu", "rope")])
+def test_the_recipe_docstring_stays_true_after_a_stack_entry_enables_regions(tmp_path, regions):
+    from phases.local_compile_perf.stack import enable_in_recipe, recipe_regions
+    from phases.local_compile_perf.tree_adapter import EMBEDDED_SETTINGS
+
+    repo = make_repo(tmp_path / "t", {str(EMBEDDED_SETTINGS): SETTINGS.read_text()})
+    assert enable_in_recipe(Path(repo.working_dir), regions) == str(EMBEDDED_SETTINGS)
+    enabled = recipe_regions(Path(repo.working_dir))
+    assert enabled == ("router", *regions)
+    body = ast.parse((Path(repo.working_dir) / EMBEDDED_SETTINGS).read_text()).body
+    at = next(n for n, node in enumerate(body) if isinstance(node, ast.AnnAssign)
+              and node.target.id == "UPSTREAM_REGIONS")
+    doc = body[at + 1].value.value
+    assert not any(name in doc for name in enabled) and "only" not in doc, doc
