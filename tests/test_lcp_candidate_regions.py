@@ -67,7 +67,8 @@ def branch_off_main(target: Path, name: str, edits: dict[str, tuple[str, str]]) 
 def test_unnamed_regions_of_the_changed_files_are_offered_not_enabled(target):
     ctx = submit_ctx(target)
     assert offered(target, BRANCH, ctx.state["base"]["commit"]) == {"swiglu": "examples/moe_layer/experts.py"}
-    with pytest.raises(UsageError, match=r"swiglu \(examples/moe_layer/experts.py\).*--regions swiglu.*none"):
+    with pytest.raises(UsageError, match=r'swiglu \(examples/moe_layer/experts.py\).*regions \["swiglu"\] '
+                                         r'\(CLI: --regions swiglu\).*regions "none"'):
         submit(ctx)
     assert ctx.state["records"] == {}
     with pytest.raises(UsageError, match=r"\['rope_typo'\] are not declared"):

@@ -12,6 +12,7 @@ finding, not a failure: the run goes on waiting for the next candidate.
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
@@ -132,12 +133,7 @@ def _named_regions(state: dict[str, Any], args: CandidateArgs) -> tuple[str, ...
 
     target = Path(state["target"])
     if args.regions is None:
-        offer = offered(target, args.branch, stack_tip(state))
-        if offer:
-            where = ", ".join(f"{name} ({path})" for name, path in offer.items())
-            raise UsageError(f"branch {args.branch!r} changes files that declare regions the stack does not enable: "
-                             f"{where}. A candidate enables only the regions it names: submit again with --regions "
-                             f"{','.join(offer)} (or a subset), or --regions none")
+        _refuse_unnamed_offer(args.branch, offered(target, args.branch, stack_tip(state)))
         return ()
     known = declared_at(git.Repo(target), args.branch)
     unknown = [name for name in args.regions if name not in known]
@@ -145,3 +141,20 @@ def _named_regions(state: dict[str, Any], args: CandidateArgs) -> tuple[str, ...
         raise UsageError(f"regions {unknown} are not declared on branch {args.branch!r} (declared: "
                          f"{', '.join(sorted(known)) or 'none'})")
     return tuple(dict.fromkeys(args.regions))
+
+
+def _refuse_unnamed_offer(branch: str, offer: dict[str, str]) -> None:
+    """Refuse a submission that names no regions while its changes touch ones the stack does not enable."""
+    if not offer:
+        return
+    where = ", ".join(f"{name} ({path})" for name, path in offer.items())
+    raise UsageError(f"branch {branch!r} changes or adds the functions of regions the stack does not enable: "
+                     f"{where}. A candidate enables only the regions it names: submit again naming them, "
+                     f"{naming(list(offer))} (or a subset), or {naming([])}")
+
+
+def naming(regions: list[str]) -> str:
+    """How to name ``regions`` in a submission, over MCP and on the CLI (no regions: "none")."""
+    if not regions:
+        return 'regions "none" (CLI: --regions none)'
+    return f"regions {json.dumps(regions, separators=(',', ':'))} (CLI: --regions {','.join(regions)})"

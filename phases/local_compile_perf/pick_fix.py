@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
-from phases.local_compile_perf.candidates import pending_submission, reject, verdicts
+from phases.local_compile_perf.candidates import naming, pending_submission, reject, verdicts
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 from phases.local_compile_perf.region_offer import not_enabled
@@ -50,7 +50,8 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
                   message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
                           f"{message or 'none above the threshold'}; stop rule: {now.reason}; "
-                          f"a candidate enables only the regions it names (--regions a,b or none); declared and "
+                          f"a candidate enables only the regions it names ({naming(['a', 'b'])}, or "
+                          f"{naming([])}); declared and "
                           f"not enabled on the stack: {', '.join(f'{r} ({p})' for r, p in idle.items()) or 'none'}; "
                           f"best-known kernels faster than the op (a candidate calls one from the region's function): "
                           f"{'; '.join(offers) or 'none measured'}")
