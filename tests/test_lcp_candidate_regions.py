@@ -18,14 +18,15 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.workspaces import commit_as_bot
 from phases.local_compile_perf.candidates import CandidateArgs, accept_candidate
-from phases.local_compile_perf.pick_fix import wait_for_agent
+from phases.local_compile_perf.pick_fix import last_verdict, take_submission, wait_for_agent
 from phases.local_compile_perf.records import Candidate
+from phases.local_compile_perf.results import CandidateVerdict
 from phases.local_compile_perf.region_offer import offered
 from phases.local_compile_perf.stack import prepare_candidate
 from phases.local_compile_perf.workflow import WORKFLOW
 
 BRANCH = "candidate/narrow-scores"
-EXPERTS, NORM = (f"examples/moe_layer/{name}.py" for name in ("experts", "norm"))
+EXPERTS, NORM, ROPE = (f"examples/moe_layer/{name}.py" for name in ("experts", "norm", "rope"))
 
 
 @pytest.fixture
@@ -125,3 +126,22 @@ def test_only_regions_whose_function_the_branch_changes_or_adds_are_offered(targ
         NORM: ('    """Return ``x / rms(x) * weight`` computed in fp32, in ``x.dtype``."""\n', "")})
     assert offered(target, mixed, main) == {"expert_scale": EXPERTS, "rms_norm": NORM}
 
+
+def test_named_regions_the_changes_do_not_touch_are_accepted_and_said(target, tmp_path):
+    """The trial's 5d: rope, named for a branch that changes experts.py only, ran without a word about it."""
+    ctx = submit_ctx(target)
+    submit(ctx, regions=["swiglu", "rope"])
+    (record,) = ctx.state["records"]["candidate_submitted"]
+    assert record["regions"] == ["swiglu", "rope"] and record["untouched_regions"] == {"rope": ROPE}
+    notes: list[str] = []
+    ctx.target, ctx.scratch_dir = target, tmp_path
+    ctx.note = lambda text, kind: notes.append(text)
+    assert take_submission(ctx, Candidate.model_validate(record)).outcome == "passed"
+    assert notes[-1].endswith("on top of ['router']; it named regions its changes do not touch: "
+                              f"rope ({ROPE}) (enabled as declared)"), notes
+    verdict = CandidateVerdict(id=record["id"], branch=BRANCH, label="narrow", verdict="rejected",
+                               phase="graph_budget", reason="graphs per region over the headroom target 6 of 8: rope 8",
+                               kept_branch=None)
+    line = last_verdict([verdict], [Candidate.model_validate(record)])
+    assert line.startswith("last candidate 'narrow' rejected at graph_budget: graphs per region")
+    assert "it named regions its changes do not touch: rope (examples/moe_layer/rope.py)" in line
