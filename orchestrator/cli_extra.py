@@ -36,7 +36,7 @@ def register(main: click.Group, command: Callable) -> None:
     @click.option("--branch", required=True, help="Branch of the run's target holding the rewrite.")
     @click.option("--label", required=True, help="Short name; it names the stack branch.")
     @click.option("--regions", default=None, help="Regions to enable with it, a,b or none (exactly these; a branch "
-                  "declaring regions the stack does not enable must name them).")
+                  "whose changes touch regions the stack does not enable must name them).")
     def candidate_cmd(settings: Any, run_id: str, branch: str, label: str, regions: str | None) -> int:
         """Submit BRANCH of RUN's target as a candidate (= submit RUN candidate); measures it and rules on it."""
         named = {} if regions is None else {"regions": regions}

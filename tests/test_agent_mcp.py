@@ -129,7 +129,7 @@ def test_edit_file_replaces_once_and_read_file_returns_plain_text(agent_env: Non
             assert answer_of(read)["data"]["total_chars"] == 10 and "text" not in answer_of(read)["data"]
             assert (await call(client, "write_file", run_id=run_id, path="allowed/fixed.txt", content="ok\nok\n")
                     )["status"] == "ok"
-            refusals = {"allowed/fixed.txt:missing": "matches 0 times", "allowed/fixed.txt:ok": "matches 2 times",
+            refusals = {"allowed/fixed.txt:missing": "is not in", "allowed/fixed.txt:ok": "matches 2 times",
                         "a.txt:hello": "outside the paths", "allowed/../a.txt:hello": "'..'",
                         "allowed/none.txt:x": "is not a file"}
             for where, expected in refusals.items():
@@ -291,8 +291,10 @@ def test_file_tool_refusals_are_tool_errors_that_say_nothing_changed(agent_env: 
     twice = answers["twice"]
     assert twice["message"].startswith("edit NOT made: old_string matches 2 times"), twice
     assert "more surrounding context" in twice["message"] and twice["data"]["matches"] == 2, twice
-    assert answers["edit_file"]["message"].startswith("edit NOT made: old_string matches 0 times"), answers
-    assert answers["edit_file"]["data"]["matches"] == 0
+    assert twice["data"]["code"] == "edit_not_unique", twice
+    gone = answers["edit_file"]
+    assert gone["message"].startswith("edit NOT made: old_string is not in 'allowed/twice.txt'"), answers
+    assert gone["data"]["code"] == "edit_no_match" and gone["data"]["matches"] == 0, gone
     assert answers["write_file"]["message"].startswith("file NOT written: "), answers
     assert answers["apply_diff"]["message"].startswith("diff NOT applied: "), answers
     assert (toy_repo / "allowed" / "twice.txt").read_text() == "ok\nok\n"

@@ -33,14 +33,24 @@ class ScopeRefused(UsageError):
     """Fields the tool's answer carries in ``data`` beside ``code`` (e.g. ``matches``)."""
 
 
-class EditNotUnique(ScopeRefused):
-    """``edit_file``'s old text matches 0 or several times; the file is unchanged."""
-
-    code = "edit_not_unique"
+class EditMatchRefused(ScopeRefused):
+    """``edit_file``'s old text does not match exactly once; the file is unchanged."""
 
     def __init__(self, message: str, *, matches: int) -> None:
         super().__init__(message)
         self.details = {"matches": matches}
+
+
+class EditNoMatch(EditMatchRefused):
+    """``edit_file``'s old text is not in the file."""
+
+    code = "edit_no_match"
+
+
+class EditNotUnique(EditMatchRefused):
+    """``edit_file``'s old text matches several times."""
+
+    code = "edit_not_unique"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,7 +165,7 @@ def replace_once(scope: Scope, path: str, old: str, new: str) -> dict[str, objec
     """Replace the one occurrence of ``old`` in a file under the allowed paths with ``new``.
 
     The file is read and written as bytes decoded as UTF-8, so its line endings stay as they are.
-    ``old`` must occur exactly once: zero or several matches refuse and change nothing.
+    ``old`` must occur exactly once: no match (EditNoMatch) or several (EditNotUnique) refuse and change nothing.
     """
     resolved, relative = check_writable(scope, path)
     if not resolved.is_file():
@@ -172,12 +182,14 @@ def replace_once(scope: Scope, path: str, old: str, new: str) -> dict[str, objec
     except OSError as exc:
         raise _os_refused(scope, relative, exc, doing="read") from None
     count = text.count(old)
-    if count != 1:
-        hint = ("copy it from read_file exactly, whitespace and indentation included" if count == 0 else
-                "give more surrounding context: add the lines before or after it to old_string so that it "
-                "matches once")
+    if count == 0:
+        raise EditNoMatch(f"old_string is not in {relative!r} (0 matches; it must match exactly once), so the file "
+                          "is unchanged; copy it from read_file exactly, whitespace and indentation included",
+                          matches=0)
+    if count > 1:
         raise EditNotUnique(f"old_string matches {count} times in {relative!r} (it must match exactly once), so "
-                            f"the file is unchanged; {hint}", matches=count)
+                            "the file is unchanged; give more surrounding context: add the lines before or after "
+                            "it to old_string so that it matches once", matches=count)
     at = text.index(old)
     try:
         resolved.write_bytes((text[:at] + new + text[at + len(old):]).encode("utf-8"))

@@ -12,6 +12,7 @@ finding, not a failure: the run goes on waiting for the next candidate.
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
@@ -88,8 +89,9 @@ class CandidateArgs(BaseModel):
     """Short label for the candidate, e.g. "fuse rmsnorm"; it names the stack branch."""
     regions: tuple[str, ...] | None = None
     """Regions to enable with it, on top of the stack's: a list, "a,b", or "none". Exactly these are enabled.
-    Left out, a branch whose changed files declare regions the stack does not enable is refused, and the
-    refusal names them: nothing is enabled by default."""
+    Left out, a branch whose changes touch regions the stack does not enable (a changed or new function that
+    declares one) is refused, and the refusal names them: nothing is enabled by default. Any region declared in
+    the branch's tree may be named; the submission records those its changes do not touch."""
 
     @field_validator("regions", mode="before")
     @classmethod
@@ -107,10 +109,11 @@ def accept_candidate(ctx: Any, args: CandidateArgs, tool_call_id: str | None) ->
     if not args.label.strip():
         raise UsageError("candidate needs --label TEXT: it names the stack branch")
     _check_branch(ctx.state, branch=args.branch)
-    regions = _named_regions(ctx.state, args)
+    regions, untouched = _named_regions(ctx.state, args)
     record = {"id": f"c{len(submissions(ctx.state)) + 1}-{secrets.token_hex(2)}", "branch": args.branch,
-              "label": args.label.strip(), "regions": list(regions), "actor": ctx.actor,
-              "tool_call_id": tool_call_id, "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+              "label": args.label.strip(), "regions": list(regions), "untouched_regions": untouched,
+              "actor": ctx.actor, "tool_call_id": tool_call_id,
+              "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     ctx.add_record("candidate_submitted", record)
 
 
@@ -123,25 +126,43 @@ def _check_branch(state: dict[str, Any], *, branch: str) -> None:
                          f"(branches: {', '.join(sorted(heads))})")
 
 
-def _named_regions(state: dict[str, Any], args: CandidateArgs) -> tuple[str, ...]:
-    """The regions the submission names; refuses unknown names, and no names where the branch declares new ones."""
+def _named_regions(state: dict[str, Any], args: CandidateArgs) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The regions the submission names, and ``{region: path}`` of those the branch's changes do not touch.
+
+    Refuses names the branch's tree does not declare, and no names where its changes touch regions the
+    stack does not enable (region_offer.offered).
+    """
     import git
 
-    from phases.local_compile_perf.region_offer import declared_at, offered
+    from phases.local_compile_perf.region_offer import declared_at, offered, touched
     from phases.local_compile_perf.stack import stack_tip
 
     target = Path(state["target"])
     if args.regions is None:
-        offer = offered(target, args.branch, stack_tip(state))
-        if offer:
-            where = ", ".join(f"{name} ({path})" for name, path in offer.items())
-            raise UsageError(f"branch {args.branch!r} changes files that declare regions the stack does not enable: "
-                             f"{where}. A candidate enables only the regions it names: submit again with --regions "
-                             f"{','.join(offer)} (or a subset), or --regions none")
-        return ()
+        _refuse_unnamed_offer(args.branch, offered(target, args.branch, stack_tip(state)))
+        return (), {}
     known = declared_at(git.Repo(target), args.branch)
     unknown = [name for name in args.regions if name not in known]
     if unknown:
-        raise UsageError(f"regions {unknown} are not declared on branch {args.branch!r} (declared: "
+        raise UsageError(f"regions {unknown} are not declared anywhere in branch {args.branch!r}'s tree (declared: "
                          f"{', '.join(sorted(known)) or 'none'})")
-    return tuple(dict.fromkeys(args.regions))
+    named = tuple(dict.fromkeys(args.regions))
+    changed = touched(target, args.branch, stack_tip(state))
+    return named, {name: known[name] for name in named if name not in changed}
+
+
+def _refuse_unnamed_offer(branch: str, offer: dict[str, str]) -> None:
+    """Refuse a submission that names no regions while its changes touch ones the stack does not enable."""
+    if not offer:
+        return
+    where = ", ".join(f"{name} ({path})" for name, path in offer.items())
+    raise UsageError(f"branch {branch!r} changes or adds the functions of regions the stack does not enable: "
+                     f"{where}. A candidate enables only the regions it names: submit again naming them, "
+                     f"{naming(list(offer))} (or a subset), or {naming([])}")
+
+
+def naming(regions: list[str]) -> str:
+    """How to name ``regions`` in a submission, over MCP and on the CLI (no regions: "none")."""
+    if not regions:
+        return 'regions "none" (CLI: --regions none)'
+    return f"regions {json.dumps(regions, separators=(',', ':'))} (CLI: --regions {','.join(regions)})"

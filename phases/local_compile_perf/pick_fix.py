@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
-from phases.local_compile_perf.candidates import pending_submission, reject, verdicts
+from phases.local_compile_perf.candidates import naming, pending_submission, reject, submissions, verdicts
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Picked
 from phases.local_compile_perf.region_offer import not_enabled
@@ -41,7 +41,8 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     rank, ideal_rows = ctx.result("rank", Rank), ctx.result("ideal_times", IdealTimes).rows
     run_id = ctx.run_id
     now = stop_rule_now(rank, ideal_rows=ideal_rows, entries=stack_entries(ctx.state))
-    summary = (f"pick a fix: {last_verdict(verdicts(ctx.state))}{ranking_line(rank)}; {stop_line(now)}; "
+    summary = (f"pick a fix: {last_verdict(verdicts(ctx.state), submissions(ctx.state))}{ranking_line(rank)}; "
+               f"{stop_line(now)}; "
                f"make a branch with the commit_branch tool and submit it (tool submit, kind candidate; "
                f"CLI `orchestrator candidate {run_id} --branch B --label TEXT`)")
     message = "; ".join(f"{r.op}: gap {r.gap_ms:.3f} ms, score {r.score_ms:.3f} ms" for r in rank.ranked[:5])
@@ -50,7 +51,8 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     issue = Issue(code="candidate_wanted", fix_location=f"a new branch of {ctx.target}",
                   message=f"write a rewrite on a branch of {ctx.target} (ladder: {' -> '.join(LADDER)}); ranked: "
                           f"{message or 'none above the threshold'}; stop rule: {now.reason}; "
-                          f"a candidate enables only the regions it names (--regions a,b or none); declared and "
+                          f"a candidate enables only the regions it names ({naming(['a', 'b'])}, or "
+                          f"{naming([])}); declared and "
                           f"not enabled on the stack: {', '.join(f'{r} ({p})' for r, p in idle.items()) or 'none'}; "
                           f"best-known kernels faster than the op (a candidate calls one from the region's function): "
                           f"{'; '.join(offers) or 'none measured'}")
@@ -63,13 +65,24 @@ def wait_for_agent(ctx: PhaseContext) -> PhaseResult:
     return PhaseResult(outcome="needs_agent", summary=summary, data=data, issues=(issue,), questions=(question,))
 
 
-def last_verdict(ruled: Sequence[CandidateVerdict]) -> str:
-    """The latest candidate's verdict, leading the summary a submit answers with ("" before any)."""
+def last_verdict(ruled: Sequence[CandidateVerdict], submitted: Sequence[Candidate] = ()) -> str:
+    """The latest candidate's verdict, leading the summary a submit answers with ("" before any), and the
+    regions it named that its changes do not touch."""
     if not ruled:
         return ""
     v = ruled[-1]
     reason = v.reason if len(v.reason) <= 300 else v.reason[:300] + "... (explain has it all)"
-    return f"last candidate {v.label!r} {v.verdict} at {v.phase}: {reason}; "
+    named = next((s for s in submitted if s.id == v.id), None)
+    untouched = untouched_line(named)
+    return f"last candidate {v.label!r} {v.verdict} at {v.phase}: {reason}; " + (f"{untouched}; " if untouched else "")
+
+
+def untouched_line(candidate: Candidate | None) -> str:
+    """``it named regions its changes do not touch: rope (rope.py) (...)``, or "" when there are none."""
+    if candidate is None or not candidate.untouched_regions:
+        return ""
+    where = ", ".join(f"{name} ({path})" for name, path in candidate.untouched_regions.items())
+    return f"it named regions its changes do not touch: {where} (enabled as declared)"
 
 
 def best_known_offers(rows: Sequence[GlueRow]) -> list[str]:
@@ -87,7 +100,8 @@ def take_submission(ctx: PhaseContext, candidate: Candidate) -> PhaseResult:
     p = prepared
     log(ctx, f"candidate {candidate.label!r} from {candidate.branch} ({len(p.commits)} commit(s), files "
              f"{', '.join(p.files)}) replayed on {p.tip[:10]} as {p.wip_branch}; regions "
-             f"{list(p.candidate_regions) or 'none'} ({p.regions_source}) on top of {list(p.stack_regions)}",
+             f"{list(p.candidate_regions) or 'none'} ({p.regions_source}) on top of {list(p.stack_regions)}"
+             + (f"; {untouched_line(candidate)}" if candidate.untouched_regions else ""),
         kind="decision")
     return PhaseResult(outcome="passed", summary=f"pick a fix: trying {candidate.label!r}",
                        data=Picked(candidate=candidate).model_dump(mode="json"))

@@ -100,6 +100,8 @@ class Candidate(Record):
     branch: str
     label: str
     regions: tuple[str, ...] = ()
+    untouched_regions: dict[str, str] = {}
+    """``{region: path}`` of the named regions the branch's changes do not touch (enabled as they are)."""
     actor: str
     tool_call_id: str | None = None
     submitted_at: str
