@@ -114,3 +114,17 @@ def test_the_recipe_docstring_stays_true_after_a_stack_entry_enables_regions(tmp
               and node.target.id == "UPSTREAM_REGIONS")
     doc = body[at + 1].value.value
     assert not any(name in doc for name in enabled) and "only" not in doc, doc
+
+
+def test_the_stop_line_says_the_outside_glue_row_is_not_re_measured_after_an_entry():
+    """Blind trial 2026-12-04: after an entry, stop_now kept rank's 1401 ms outside row open with no word on it."""
+    from phases.local_compile_perf.rank import UNREGIONED
+    from phases.local_compile_perf.stop_state import StopNow, stop_line
+
+    now = StopNow(stop=False, reason="open", open_ops=(UNREGIONED,), taken_ops=(), entries=1)
+    line = stop_line(now)
+    assert line.startswith("stop rule open after 1 stack entry: 1 ranked op outside the stack's regions "
+                           f"({UNREGIONED})")
+    assert "not re-measured after an entry" in line
+    before = StopNow(stop=False, reason="open", open_ops=("swiglu",), taken_ops=(), entries=1)
+    assert "re-measured" not in stop_line(before)

@@ -36,14 +36,18 @@ def _json(result: subprocess.CompletedProcess) -> dict:
     return json.loads(result.stdout)
 
 
-def _tool(name: str, state: Path, **arguments) -> dict:
+def _call(name: str, state: Path, **arguments):
     """One agent tool call, in process, as the MCP server makes it (recorded on the run)."""
     from orchestrator.agent.tools import call_tool
     from orchestrator.trail.store import RunStore
 
     result = call_tool(name, arguments, store=RunStore(state), call_id=f"e2e-{name}")
     assert result.status == "ok", (name, result.message)
-    return result.data
+    return result
+
+
+def _tool(name: str, state: Path, **arguments) -> dict:
+    return _call(name, state, **arguments).data
 
 
 def _submit_wrong_rope_with_tools(run_id: str, state: Path, target: Path) -> dict:
@@ -91,7 +95,9 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
                  "--regions", "swiglu", "--json", state_dir=state, timeout=1500)
     assert narrow.returncode == 4, narrow.stderr[-3000:]
 
-    _tool("answer", state, run_id=run_id, key="candidates", value="done")
+    answered = _call("answer", state, run_id=run_id, key="candidates", value="done")
+    assert answered.message.startswith("answer candidates=done recorded; call advance: phase pick_fix has not run "
+                                       "with it yet"), answered.message
     done = cli("advance", run_id, "--json", state_dir=state, timeout=1500)
     assert done.returncode == 3 and _json(done)["pending"][0]["key"] == "open_prs", done.stderr[-2000:]
     finished = cli("resume", run_id, "--answer", "open_prs=no", "--json", state_dir=state, timeout=600)

@@ -310,7 +310,11 @@ def answer(args: AnswerArgs, env: ToolEnv) -> ToolResult:
                                   f"paused until one runs `orchestrator resume {args.run_id} --answer {args.key}=...`")
     outcome = engine.resume(args.run_id, {args.key: args.value}, store=env.store, actor="agent",
                             tool_call_id=env.call_id, advance_after=False)
-    return state_result(outcome.state, lead=f"answer {args.key} recorded; call advance")
+    lead = f"answer {args.key}={args.value} recorded; call advance"
+    if not outcome.state["pending"]:
+        lead += (f": phase {outcome.state['phase']} has not run with it yet, so the summary and issues below "
+                 "are from before the answer")
+    return state_result(outcome.state, lead=lead)
 
 
 def submit(args: SubmitArgs, env: ToolEnv) -> ToolResult:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from phases.local_compile_perf.rank import UNREGIONED
 from phases.local_compile_perf.results import GlueRow, Rank, RankedOp
 
 
@@ -94,5 +95,9 @@ def stop_line(now: StopNow) -> str:
     if not now.open_ops:
         return f"{after}: " + ("the stack's regions take every ranked op" if now.taken_ops else
                                "no op was above the cut at rank")
-    return (f"{after}: {_plural(len(now.open_ops), 'ranked op', 'ranked ops')} outside the stack's regions "
+    line = (f"{after}: {_plural(len(now.open_ops), 'ranked op', 'ranked ops')} outside the stack's regions "
             f"({', '.join(now.open_ops)})")
+    if UNREGIONED in now.open_ops:
+        line += (f"; {UNREGIONED} is rank's number from before the stack, not re-measured after an entry (the "
+                 "findings phase times the stack's glue): it stays open whatever the entries took")
+    return line
