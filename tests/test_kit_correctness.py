@@ -100,3 +100,18 @@ def test_one_ulp_perturbation_and_the_noise_band_rule():
     assert bands["a"] == pytest.approx(0.03) and bands["b"] == 0.0
     within = {d.name: d.within for d in compare_captures(cand, ref, label="x", bands=bands).diffs}
     assert within == {"a": True, "b": False}, "a 2% gap passes only where eager itself moves 3%"
+
+
+def test_a_comparison_against_fp64_shows_the_eager_error_it_is_held_to():
+    """Blind trial 2026-12-04: a 'yes' under (tol 0.00781) at rel L2 0.0507 could not be checked from the table."""
+    from phases.kit.correctness import Captured, compare_vs_fp64
+
+    exact = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    eager = Captured(tensors={"output": exact + torch.tensor([0.0, 0.25], dtype=torch.float64)}, dtype="bf16")
+    close = Captured(tensors={"output": exact + torch.tensor([0.0, 0.27], dtype=torch.float64)}, dtype="bf16")
+    far = Captured(tensors={"output": exact + torch.tensor([0.0, 0.5], dtype=torch.float64)}, dtype="bf16")
+    fp64 = Captured(tensors={"output": exact}, dtype="float64")
+    (ok,) = compare_vs_fp64(close, eager, fp64, label="x").diffs
+    assert ok.within and ok.rel_l2 > BF16_ULP_REL_TOL and ok.eager_error == pytest.approx(0.05)
+    (bad,) = compare_vs_fp64(far, eager, fp64, label="x").diffs
+    assert not bad.within and bad.eager_error == pytest.approx(0.05)

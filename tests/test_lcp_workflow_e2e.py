@@ -128,6 +128,7 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     assert checked["routing_replayed"] == ["1.ffn.router"]
     table = (run_dir / "artifacts" / checked["artifact"]).read_text()
     assert "replayed from the stack's eager capture" in table and "| grad:1.ffn.router.gate.weight |" in table
+    assert "| eager's own rel L2 |" in table
     (tp_ep,) = snapshot["records"]["tp_ep_build_check"]
     assert checked["tp_ep"]["blocking"] == [] and set(checked["not_covered"]) == {"pp", "ac"}
     assert tp_ep["check"]["items"]["rank_7"] == "PASS" and tp_ep["check"]["zero_token_growth"]["swiglu"] == 1

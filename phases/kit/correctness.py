@@ -130,7 +130,8 @@ def compare_vs_fp64(candidate: Captured, eager: Captured, fp64: Captured, *, lab
     """Candidate's error vs fp64 may exceed eager's error vs fp64 by at most ``tolerance``."""
     cand = compare_captures(candidate, fp64, label=label, tolerance=tolerance)
     base = {d.name: d.rel_l2 for d in compare_captures(eager, fp64, label=label, tolerance=tolerance).diffs}
-    diffs = tuple(d.model_copy(update={"within": d.rel_l2 <= base.get(d.name, float("inf")) + tolerance})
+    diffs = tuple(d.model_copy(update={"within": d.rel_l2 <= base.get(d.name, float("inf")) + tolerance,
+                                       "eager_error": base.get(d.name)})
                   for d in cand.diffs)
     return cand.model_copy(update={"diffs": diffs})
 

@@ -268,6 +268,9 @@ class TensorDiff(Record):
     reference_norm: float | None = None
     noise_band: float | None = None
     """Rel L2 the reference itself moves by when its inputs move one ulp (the skill's noise band)."""
+    eager_error: float | None = None
+    """Against an fp64 reference: eager's own rel L2 at the same dtype, the error this one may exceed by the
+    tolerance at most."""
 
 
 class Comparison(Record):
