@@ -155,6 +155,8 @@ class GraphBudget(Record):
     """graph_budget's data: the graphs (passed on) or the rejection."""
 
     graphs: GraphNumbers | None = None
+    tp_ep: dict[str, Any] | None = None
+    """The TP/EP build check in brief (tp_ep.brief; the full check is the tp_ep_build_check record)."""
     verdict: CandidateVerdict | None = None
 
 
