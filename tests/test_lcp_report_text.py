@@ -128,3 +128,19 @@ def test_the_stop_line_says_the_outside_glue_row_is_not_re_measured_after_an_ent
     assert "not re-measured after an entry" in line
     before = StopNow(stop=False, reason="open", open_ops=("swiglu",), taken_ops=(), entries=1)
     assert "re-measured" not in stop_line(before)
+
+
+def test_the_stack_code_reading_moves_glue_and_wall_together():
+    """Blind trial 2026-12-04: 'the rewrites move per-layer compile's glue -3.5%' while the walls moved -34%."""
+    from phases.local_compile_perf.records import Cell
+    from phases.local_compile_perf.stack_code import compare_trees
+
+    def cell(variant: str, glue: float, wall: float) -> Cell:
+        return Cell(variant=variant, tree=variant, tokens=512, status="measured",
+                    cited={"glue_ms": glue, "wall_ms": wall, "kernel_ms": wall})
+
+    rows = [cell("upstream_main", 300.0, 500.0), cell("per_layer_main", 177.1, 391.1),
+            cell("per_layer_stack", 170.9, 257.3), cell("regions_stack", 256.8, 501.7)]
+    reading = compare_trees(rows, 512)["reading"]
+    assert reading == ("the rewrites move per-layer compile's glue -3.5% and its wall -34.2% (main -> stack code); "
+                       "regions vs per-layer compile of the same code: glue +50.3%, wall +95.0%")

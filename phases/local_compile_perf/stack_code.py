@@ -106,11 +106,15 @@ def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:
     out: dict[str, Any] = {"tokens": tokens, **cited, "reading": "not measured (a cell FAILED: see the worker log)"}
     if None in cited.values():
         return out
-    main, regions, block = (cited[n]["glue_ms"] for n in ("per_layer_main", "regions_stack", "per_layer_stack"))
-    rewrites, boundaries = (block - main) / main * 100, (regions - block) / block * 100
-    out["reading"] = (f"the rewrites move per-layer compile's glue {rewrites:+.1f}% (main -> stack code); regions vs "
-                      f"per-layer compile of the same code {boundaries:+.1f}%")
+    main, code, regions = cited["per_layer_main"], cited["per_layer_stack"], cited["regions_stack"]
+    out["reading"] = (f"the rewrites move per-layer compile's glue {_change(main, code, 'glue_ms')} and its wall "
+                      f"{_change(main, code, 'wall_ms')} (main -> stack code); regions vs per-layer compile of the "
+                      f"same code: glue {_change(code, regions, 'glue_ms')}, wall {_change(code, regions, 'wall_ms')}")
     return out
+
+
+def _change(before: dict[str, float], after: dict[str, float], key: str) -> str:
+    return f"{(after[key] - before[key]) / before[key] * 100:+.1f}%"
 
 
 def judge_op(op: dict[str, Any], bandwidth_tbs: float, blockers: list[str], *,
