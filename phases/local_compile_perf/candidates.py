@@ -16,9 +16,9 @@ import json
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, WithJsonSchema, field_validator
 
 from orchestrator.errors import UsageError
 from orchestrator.phase_api import PhaseContext, PhaseResult, Worker
@@ -79,6 +79,10 @@ def reject(ctx: PhaseContext, cand: Candidate, reason: str, *, numbers: dict[str
                        data={"verdict": verdict.model_dump(mode="json")}, route="rejected")
 
 
+REGIONS_SCHEMA = {"type": ["array", "string", "null"], "items": {"type": "string"}}
+"""What ``regions`` accepts, without ``anyOf`` (agents.md: tool schemas have none)."""
+
+
 class CandidateArgs(BaseModel):
     """A candidate optimisation branch of the run's target, submitted for measurement (local-compile-perf)."""
 
@@ -87,7 +91,7 @@ class CandidateArgs(BaseModel):
     """Git branch in the target that holds the candidate (any base; it is replayed onto the stack tip)."""
     label: str
     """Short label for the candidate, e.g. "fuse rmsnorm"; it names the stack branch."""
-    regions: tuple[str, ...] | None = None
+    regions: Annotated[tuple[str, ...] | None, WithJsonSchema(REGIONS_SCHEMA)] = None
     """Regions to enable with it, on top of the stack's: a list, "a,b", or "none". Exactly these are enabled.
     Left out, a branch whose changes touch regions the stack does not enable (a changed or new function that
     declares one) is refused, and the refusal names them: nothing is enabled by default. Any region declared in
