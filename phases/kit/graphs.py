@@ -55,17 +55,28 @@ def count_graphs(
         # NOTE: with fullgraph=True this is the overflow itself; it is the finding, not a crash.
         limit_hit = f"{type(err).__name__}: {str(err).splitlines()[0]}"
     limit = int(torch._dynamo.config.recompile_limit)
-    per_function = {
-        name: len(_debug_get_cache_entry_list(getattr(fn, "__code__", fn)))
-        for name, fn in (functions or {}).items()
-    }
+    codes = {name: getattr(fn, "__code__", fn) for name, fn in (functions or {}).items()}
+    per_function = {name: len(_debug_get_cache_entry_list(code)) for name, code in codes.items()}
     return GraphCount(
         unique_graphs=int(counters["stats"]["unique_graphs"]),
         per_function=per_function,
         recompile_limit=limit,
         target=math.floor(limit * HEADROOM_SHARE),
         limit_hit=limit_hit,
+        recompile_reasons=last_recompile_reasons(codes),
     )
+
+
+def last_recompile_reasons(codes: Mapping[str, object]) -> dict[str, str]:
+    """Per function that recompiled: the guard that failed last, in Dynamo's words (first line)."""
+    from torch._dynamo.utils import guard_failures
+
+    reasons = {}
+    for name, code in codes.items():
+        failures = guard_failures.get(code) or []
+        if failures:
+            reasons[name] = str(failures[-1]).splitlines()[0][:300]
+    return reasons
 
 
 def build_shape_pass(

@@ -135,6 +135,8 @@ class GraphCount(Record):
     """Most graphs allowed per function with headroom: 75% of the limit (6 of 8)."""
     limit_hit: str = ""
     """The recompile-limit error raised during the pass ("" when none); counts are partial."""
+    recompile_reasons: dict[str, str] = {}
+    """Per function that recompiled: the last guard that failed, e.g. "tensor 'x' size mismatch at index 1"."""
 
     @property
     def worst(self) -> int:

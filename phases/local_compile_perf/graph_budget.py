@@ -13,6 +13,8 @@ The correctness phase carries the verdict into its record and table.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.graphs import GraphBudgetRequest
@@ -38,16 +40,14 @@ def run(ctx: PhaseContext) -> PhaseResult:
     worst = max(per.values())
     tokens = list(plan.tokens)
     numbers = {"per_region": per, "unique_graphs": count["unique_graphs"], "limit": count["recompile_limit"],
-               "target": count["target"], "limit_hit": count["limit_hit"], "tokens": tokens, "no_grad": True}
+               "target": count["target"], "limit_hit": count["limit_hit"], "tokens": tokens, "no_grad": True,
+               "recompile_reasons": count["recompile_reasons"]}
     ctx.add_record("graph_count", {"candidate": cand.id, **numbers})
     log(ctx, f"graph budget of {cand.label!r}: {per} over tokens {tokens} + no_grad, limit "
              f"{count['recompile_limit']}, target <= {count['target']}", kind="measurement")
-    if count["limit_hit"]:
-        return reject(ctx, cand, f"recompile limit hit: {count['limit_hit']}", numbers=numbers)
-    if worst > count["target"]:
-        over = ", ".join(f"{name} {n}" for name, n in per.items() if n > count["target"])
-        return reject(ctx, cand, f"graphs per region over the headroom target {count['target']} of "
-                                 f"{count['recompile_limit']}: {over}", numbers=numbers)
+    breach = budget_breach(numbers, untouched=cand.untouched_regions)
+    if breach:
+        return reject(ctx, cand, breach, numbers=numbers)
     tp_ep = check_tp_ep(ctx, plan, cand)
     ctx.add_record("tp_ep_build_check", tp_ep.model_dump(mode="json"))
     log(ctx, f"{summary(tp_ep)} ({cand.label!r})", kind="measurement")
@@ -57,3 +57,23 @@ def run(ctx: PhaseContext) -> PhaseResult:
                                                  f"{count['recompile_limit']}; TP/EP build check "
                                                  f"{tp_ep.check.status}",
                        data={"graphs": numbers, "tp_ep": brief(tp_ep)})
+
+
+def budget_breach(numbers: dict[str, Any], *, untouched: Mapping[str, str]) -> str:
+    """Why the graphs break the budget ("" when they do not): the regions over it, each with the guard that
+    failed last, and which of them the candidate named without changing them."""
+    per, limit, target = numbers["per_region"], numbers["limit"], numbers["target"]
+    if numbers["limit_hit"]:
+        offenders = [name for name, n in per.items() if n >= limit] or [max(per, key=per.get)]
+        head = f"recompile limit hit by {', '.join(offenders)}: {numbers['limit_hit']}"
+    else:
+        offenders = [name for name, n in per.items() if n > target]
+        if not offenders:
+            return ""
+        head = (f"graphs per region over the headroom target {target} of {limit}: "
+                + ", ".join(f"{name} {per[name]}" for name in offenders))
+    reasons = numbers.get("recompile_reasons") or {}
+    why = [f"{name} recompiled last on: {reasons[name]}" for name in offenders if name in reasons]
+    named = [f"{name} is named by the submission and declared in {untouched[name]}, which its changes do not "
+             "touch (enabled as declared)" for name in offenders if name in untouched]
+    return "; ".join([head, *why, *named])

@@ -142,6 +142,8 @@ class GraphNumbers(Record):
     """What hit the limit ("" when nothing did)."""
     tokens: tuple[int, ...]
     no_grad: bool
+    recompile_reasons: dict[str, str] = {}
+    """Per region that recompiled: the last guard that failed (Dynamo's words)."""
 
 
 class GraphCount(GraphNumbers):

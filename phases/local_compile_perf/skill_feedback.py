@@ -16,8 +16,9 @@ def collect_feedback(ctx: PhaseContext) -> list[dict[str, str]]:
              for n in ctx.notes() if n["kind"] == "skill_feedback" and n["actor"] != "engine"]
     for verdict in ctx.records(CandidateVerdict):
         if verdict.phase == "graph_budget":
-            items.append({"kind": "compile limit" if not verdict.numbers or verdict.numbers.get("limit_hit")
-                          else "graph budget", "text": f"{verdict.label}: {verdict.reason}",
+            kind = ("TP/EP build check" if "tp_ep" in verdict.numbers else
+                    "compile limit" if not verdict.numbers or verdict.numbers.get("limit_hit") else "graph budget")
+            items.append({"kind": kind, "text": f"{verdict.label}: {verdict.reason}",
                           "repro": f"orchestrator candidate {ctx.run_id} --branch {verdict.branch} --label ..."})
     downcasts = sorted({d for c in ctx.records(CorrectnessRecord) for d in c.reference_downcasts})
     if downcasts:
