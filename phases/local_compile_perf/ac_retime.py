@@ -34,4 +34,5 @@ def measure_under_ac(ctx: PhaseContext, plan: Plan, *, main: str, stack: str) ->
     record_cells(ctx, rows, purpose=f"stack code under {RETIME_MODE} AC")
     cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None)
              for name in ("per_layer_main", "regions_stack")}
-    return {"mode": RETIME_MODE, "recipe_mode": plan.spec.ac_mode, "tokens": tokens, **cited}
+    load = max((r.host_load for r in rows if r.host_load is not None), default=None)
+    return {"mode": RETIME_MODE, "recipe_mode": plan.spec.ac_mode, "tokens": tokens, **cited, "host_load": load}

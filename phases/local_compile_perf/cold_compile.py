@@ -34,7 +34,7 @@ def measure_cold_compile(ctx: PhaseContext, plan: Plan, checkout: str, regions: 
 
 def cold_row(block: dict[str, Any], tokens: int) -> dict[str, Any]:
     variant, (run,) = block["variant"], block["runs"]
-    row = {"name": variant["name"].removeprefix("cold "), "tree": variant["tree"]}
+    row = {"name": variant["name"].removeprefix("cold "), "tree": variant["tree"], "host_load": run.get("host_load")}
     result = (run.get("result") or {}).get(str(tokens))
     if run["status"] != "ok" or result is None or result["timing"]["compile_ms"] is None:
         return {**row, "status": "failed", "reason": f"fresh process FAILED: {run['log_tail'][-300:]}"}

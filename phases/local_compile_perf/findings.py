@@ -22,6 +22,7 @@ from phases.local_compile_perf.records import Baselines, Candidate, Plan
 from phases.local_compile_perf.results import CandidateVerdict, IdealTimes, PrDecision
 from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas
 from phases.local_compile_perf.skill_feedback import collect_feedback
+from phases.local_compile_perf.timing_notes import headline_per_step, section_loads
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
 from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code
 
@@ -96,6 +97,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
             "glue_bar": glue_bar_of(stack_code), "glue_bar_pct": GLUE_BAR_PCT,
             "ops_add_up": ops_add_up(stack_code, entries, cuda=plan.cuda),
             "rewrite_deltas": deltas,
+            "headline_per_step": headline_per_step(stack_code, cuda=plan.cuda),
+            "section_loads": section_loads(stack_code),
             "asked": {e["branch"]: asked(rejected, e, order) for e in entries}}
 
 

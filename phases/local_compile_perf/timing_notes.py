@@ -1,0 +1,42 @@
+"""What a reader of FINDINGS needs beside the findings phase's numbers: where cited medians do not add up,
+and how loaded the host was while each section was timed (sections timed minutes apart on a shared host
+can differ by 10x: the blind trial of 2026-12-05 saw walls of 27 ms and 417 ms for the same code)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from phases.local_compile_perf import per_step
+
+HEADLINE = ("upstream_main", "per_layer_main", "regions_stack", "per_layer_stack")
+
+
+def headline_per_step(stack_code: dict[str, Any] | None, *, cuda: bool) -> list[str]:
+    """Per headline cell whose cited glue, kernel and wall medians do not add up: why."""
+    notes = []
+    for row in (stack_code or {}).get("per_tokens", []):
+        for name in HEADLINE:
+            cited = row.get(name)
+            if not cited:
+                continue
+            check = per_step.reading(kernel=cited["kernel_ms"], wall=cited["wall_ms"], cuda=cuda,
+                                     parts=cited["glue_ms"], parts_name="glue", medians=True)
+            if not check["holds"]:
+                notes.append(f"{name} at {row['tokens']} tokens: {check['why']}")
+    return notes
+
+
+def section_loads(stack_code: dict[str, Any] | None) -> dict[str, str]:
+    """Per section of the findings (side by side, under AC, cold compile): its host-load line, where sampled."""
+    if not stack_code:
+        return {}
+    cpus = os.cpu_count()
+    loads = {"side by side": _most(r.get("host_load") for r in stack_code.get("rows", ())),
+             "under AC": _most([(stack_code.get("under_ac") or {}).get("host_load")]),
+             "cold compile": _most(r.get("host_load") for r in (stack_code.get("cold_compile") or {}).get("rows", ()))}
+    return {name: note for name, load in loads.items() if (note := per_step.host_load_note(load, cpus))}
+
+
+def _most(values: Any) -> float | None:
+    return max((v for v in values if v is not None), default=None)
