@@ -39,3 +39,27 @@ def test_findings_print_the_notes_under_the_headline():
     text = render_template("local_compile_perf", "findings.md.j2", s=s)
     assert "does not add up per step (cited medians): upstream_main at 512 tokens: the kernel total is 4.22x" in text
     assert "host load while timing: 1-minute load average up to 5.1 on" in text
+
+
+def test_an_op_whose_samples_were_disturbed_is_named_noisy():
+    """Blind trial of 2026-12-05: swiglu's forward 44.09 ms beside its forward+backward 0.66 ms, rms_norm#1 at
+    529 ms ranked first; both read as measured."""
+    from phases.local_compile_perf.ideal_times import noise_of
+
+    swiglu = {"fwd_ms": [44.0, 45.0, 43.0], "fwdbwd_ms": [0.66, 0.7, 0.6]}
+    assert noise_of(swiglu).startswith("its forward (44.0000 ms) took longer than its forward+backward (0.6600 ms)")
+    spiky = {"fwd_ms": [1.4, 1.5, 1.4], "fwdbwd_ms": [2.0, 527.9, 530.0]}
+    assert noise_of(spiky) == "samples 2.0000..530.0000 ms per call, the slowest 265x the fastest"
+    steady = {"fwd_ms": [1.0, 1.1, 0.9], "fwdbwd_ms": [3.0, 3.2, 2.9]}
+    assert noise_of(steady) == ""
+    fwd_only = {"fwd_ms": [1.0, 1.1, 0.9], "fwdbwd_ms": []}
+    assert noise_of(fwd_only) == ""
+
+
+def test_ops_timed_alone_above_the_steps_glue_are_called_out():
+    from phases.local_compile_perf.rank import what_outside
+
+    above = what_outside(-15.4, 513.976, cuda=False)
+    assert "add up to 529.376 ms, more than the step's 513.976 ms of eager glue" in above
+    assert "samples disturbed on a shared host" in above
+    assert "each waits on its own launches" in what_outside(-1.0, 10.0, cuda=True)

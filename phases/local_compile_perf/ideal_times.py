@@ -77,5 +77,21 @@ def build_gap_rows(ops: list[dict[str, Any]], *, bandwidth_tbs: float) -> list[d
                      "ideal_ms": ideal, "gap_ms": total * calls - ideal, "bytes": nbytes * calls,
                      "eager_bytes": sum(op["eager_bytes"].values()) * calls,
                      "best_known_ms": best * calls if best is not None else None,
-                     "best_known": describe(op.get("best_known"))})
+                     "best_known": describe(op.get("best_known")), "noise": noise_of(op)})
     return rows
+
+
+NOISY_RATIO = 3.0
+"""Samples of one op timed alone whose slowest is this many times its fastest were disturbed (a shared host)."""
+
+
+def noise_of(op: dict[str, Any]) -> str:
+    """Why an op's per-call samples cannot be read as its cost ("" when they can)."""
+    fwd, total = op["fwd_ms"], op["fwdbwd_ms"] or op["fwd_ms"]
+    if op["fwdbwd_ms"] and statistics.median(fwd) > statistics.median(total):
+        return (f"its forward ({statistics.median(fwd):.4f} ms) took longer than its forward+backward "
+                f"({statistics.median(total):.4f} ms): the samples were disturbed")
+    if max(total) > NOISY_RATIO * min(total):
+        return f"samples {min(total):.4f}..{max(total):.4f} ms per call, the slowest {max(total) / min(total):.0f}x " \
+               "the fastest"
+    return ""

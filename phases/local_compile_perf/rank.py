@@ -46,12 +46,23 @@ def unregioned_row(glue: float, region_rows: Sequence[GlueRow]) -> float:
 
 
 def stop_caveat(tokens: int, outside: float, glue: float, *, cuda: bool, source: str) -> str:
-    seen = (f"the glue outside every region ({outside:.3f} ms of {glue:.3f} ms eager glue per step) ranks as one row "
-            "with no ideal (its bytes are not counted)" if outside > 0 else
-            f"the regions' ops timed alone account for all {glue:.3f} ms of eager glue, so none outside is seen")
     timer = "" if cuda else "; host timer: profiler times are host ops, indicative"
-    return (f"ranks at {tokens} tokens only: the declared regions' ops, each timed alone in eager, and {seen}; the "
-            f"layer time and the step's glue are from {source}{timer}")
+    return (f"ranks at {tokens} tokens only: the declared regions' ops, each timed alone in eager, and "
+            f"{what_outside(outside, glue, cuda=cuda)}; the layer time and the step's glue are from {source}{timer}")
+
+
+def what_outside(outside: float, glue: float, *, cuda: bool) -> str:
+    """What the ranking saw of the glue outside every region, and why it saw none where it saw none."""
+    if outside > 0:
+        return (f"the glue outside every region ({outside:.3f} ms of {glue:.3f} ms eager glue per step) ranks as one "
+                "row with no ideal (its bytes are not counted)")
+    alone = glue - outside
+    if outside == 0:
+        return f"the regions' ops timed alone account for all {glue:.3f} ms of eager glue, so none outside is seen"
+    why = ("each waits on its own launches, which a step hides" if cuda else
+           "samples disturbed on a shared host, or per-call overhead a step amortizes")
+    return (f"the regions' ops timed alone add up to {alone:.3f} ms, more than the step's {glue:.3f} ms of eager "
+            f"glue, so none outside is seen: ops timed alone cost more than in the step ({why})")
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -75,6 +86,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
         if k["score_ms"] != k["score_ms"]:  # NaN would poison the ranking
             raise ValueError(f"rank: NaN score for {k['op']}")
     caveat = stop_caveat(ideal.tokens, outside, glue, cuda=ctx.result("plan", Plan).cuda, source=source)
+    noisy = [r.op for r in ideal.rows if r.noise]
+    if noisy:
+        caveat += f"; disturbed samples (ideal_times.md says how): {', '.join(noisy)}: their scores may be noise"
     reason = f"{stop.reason} (caveat: {caveat})" if stop.stop else stop.reason
     data = {"layer_ms": layer, "tokens": ideal.tokens, "ranked": items, "dropped": dropped,
             "unregioned_ms": outside, "eager_glue_ms": glue,

@@ -34,6 +34,8 @@ class GlueRow(Record):
     """A best-known kernel's time for the same arguments (None when none was measured)."""
     best_known: str
     """That kernel and its source, or why there is no time (work/best_known.describe)."""
+    noise: str = ""
+    """Why its samples cannot be read as its cost ("" when they can), e.g. a forward slower than fwd+bwd."""
 
 
 class IdealTimes(Record):
