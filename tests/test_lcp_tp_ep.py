@@ -173,3 +173,34 @@ def test_a_rank_error_names_where_it_was_raised() -> None:
         text = error_text(exc)
     assert text.startswith("ValueError: not enough values to unpack (expected 3, got 2)")
     assert f'File "{__file__}", line ' in text and "in experts_forward" in text, text
+
+
+def unweighted_experts_harness() -> Any:
+    """The embedded layer with the routing weights applied at the combine: the experts take (rows, counts)."""
+    from phases.local_compile_perf.embedded.moe_layer import experts, harness, moe
+
+    def experts_forward(self, x, counts):  # noqa: ANN001, ANN202 - the patched method's own signature
+        h = experts.expert_swiglu(self._matmul(x, self.w13, counts))
+        return self._matmul(h, self.w2, counts)
+
+    def moe_forward(self, x):  # noqa: ANN001, ANN202
+        weights, chosen = self.router(x)
+        rows, counts, row_weights, token_index = moe.dispatch_tokens(x, chosen, weights,
+                                                                     n_local=self.config.n_local_experts)
+        weighted = (self.experts(rows, counts).float() * row_weights.unsqueeze(-1)).to(rows.dtype)
+        return moe.combine_tokens(weighted, token_index, tokens=x.shape[0]) + self.shared(x)
+
+    experts.GroupedExperts.forward = experts_forward
+    moe.MoE.forward = moe_forward
+    return harness.build_harness()
+
+
+def test_experts_that_take_rows_and_counts_only_build_at_world_8() -> None:
+    """Blind trial of 2026-12-05: a correct rewrite that applied the weights after the experts was rejected with
+    'not enough values to unpack (expected 3, got 2)' from the plan's dispatch."""
+    two = check("tests.test_lcp_tp_ep:unweighted_experts_harness", ("router", "swiglu"))
+    assert two.items["rank_0"] == two.items["rank_7"] == "PASS", two.failures
+    from phases.local_compile_perf.work.tp_ep_plan import split_expert_inputs
+
+    with pytest.raises(ValueError, match=r"experts\(rows \[R, D\], counts \[E\], \*per-row \[R\] tensors\)"):
+        split_expert_inputs(("rows",))

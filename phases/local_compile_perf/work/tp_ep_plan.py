@@ -96,15 +96,16 @@ class TokenExchange:
         return out
 
     def dispatch(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """(rows sorted by global expert, counts [E], weights) -> this rank's rows by local expert."""
-        rows, counts, weights = inputs
+        """(rows sorted by global expert, counts [E], *per-row tensors such as routing weights) -> this rank's
+        rows by local expert, its counts, and the per-row tensors that travel with the rows."""
+        rows, counts, per_row = split_expert_inputs(inputs)
         per_rank = counts.view(self.ep, self.n_local)
         in_splits = per_rank.sum(1).tolist()
         # NOTE: the peer model of the module docstring: every peer sends what this rank sends to it.
         received = per_rank[self.rank].repeat(self.ep, 1)  # [ep, n_local]
         out_splits = received.sum(1).tolist()
         x = FakeSafeAllToAll.apply(rows, out_splits, in_splits, self)
-        w = FakeSafeAllToAll.apply(weights.unsqueeze(-1), out_splits, in_splits, self).squeeze(-1)
+        moved = [FakeSafeAllToAll.apply(t.unsqueeze(-1), out_splits, in_splits, self).squeeze(-1) for t in per_row]
         expert_of_row = torch.arange(self.n_local, device=rows.device).repeat(self.ep)
         order = expert_of_row.repeat_interleave(received.flatten()).argsort(stable=True)
         self._pending.append((order, out_splits, in_splits))
@@ -112,7 +113,7 @@ class TokenExchange:
         self.rows_sent += rows.shape[0]
         self.rows_received += int(local_counts.sum())
         self.empty_experts += int((local_counts == 0).sum())
-        return x[order], local_counts, w[order]
+        return (x[order], local_counts, *(t[order] for t in moved))
 
     def combine(self, module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
         """Expert outputs of this rank's rows -> the rows this rank sent, in their sent order."""
@@ -120,6 +121,18 @@ class TokenExchange:
         back = torch.empty_like(order)
         back[order] = torch.arange(order.numel(), device=order.device)
         return FakeSafeAllToAll.apply(output[back], in_splits, out_splits, self)
+
+
+def split_expert_inputs(inputs: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """(rows, counts, per-row tensors) of the experts' positional inputs, or a ValueError naming the contract."""
+    if len(inputs) >= 2 and all(isinstance(t, torch.Tensor) for t in inputs):
+        rows, counts, *per_row = inputs
+        if all(t.dim() == 1 and t.shape[0] == rows.shape[0] for t in per_row):
+            return rows, counts, per_row
+    shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in inputs]
+    raise ValueError(f"the EP plan calls the routed experts as experts(rows [R, D], counts [E], *per-row [R] "
+                     f"tensors) and moves every per-row tensor with its row; got positional inputs {shapes} "
+                     "(keyword arguments do not travel: pass per-row tensors positionally)")
 
 
 def apply_ep(experts: nn.Module, mesh: Any, *, rank: int, ep: int) -> TokenExchange:
