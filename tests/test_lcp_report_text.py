@@ -144,3 +144,15 @@ def test_the_stack_code_reading_moves_glue_and_wall_together():
     reading = compare_trees(rows, 512)["reading"]
     assert reading == ("the rewrites move per-layer compile's glue -3.5% and its wall -34.2% (main -> stack code); "
                        "regions vs per-layer compile of the same code: glue +50.3%, wall +95.0%")
+
+
+def test_the_guidance_cites_no_pattern_list_the_agent_cannot_read():
+    """Blind trial of 2026-12-05: 'read_file patterns.md' failed and "(pattern 6)" pointed at nothing."""
+    import re
+
+    from phases.local_compile_perf.pick_fix import LADDER
+    from phases.local_compile_perf.profile_diff import SYMPTOMS
+
+    for text in (*LADDER, *SYMPTOMS.values()):
+        assert not re.search(r"patterns?(\.md| \d)", text), text
+    assert "real arithmetic" in LADDER[2] and "gathers" in SYMPTOMS["scatter/gather"]
