@@ -90,6 +90,22 @@ def test_pr_asks_each_rejection_once_and_calls_its_own_rejections_earlier_attemp
     assert lint_pr_text(pr) == []
 
 
+def test_a_later_pr_leaves_the_rejected_attempts_of_an_earlier_stack_entry_to_that_entry_s_pr():
+    """Blind trial of 2026-12-05: PR 2 asked "why not weighted combine?" although weighted combine is stack entry 1."""
+    budget = "graphs per region over the headroom target 6 of 8: rms_norm 7"
+    verdicts = [_verdict("c1", "weighted combine", "graph_budget", budget),
+                _verdict("c3", "real rope", "correctness", "fp32: out rel L2 0.1 > tol 0.01")]
+    rejected = rejections(verdicts, [])
+    order = {"c1": 0, "c2": 1, "c3": 2, "c4": 3}
+    first = {"label": "weighted combine", "candidate": "c2"}
+    second = {"label": "fused rms norm", "candidate": "c4"}
+    stacked = frozenset({first["label"], second["label"]})
+    real_rope = "why not real rope? rejected at correctness: fp32: out rel L2 0.1 > tol 0.01"
+    assert asked(rejected, second, order, stacked) == [real_rope]
+    assert asked(rejected, first, order, stacked) == [f"earlier attempt of this rewrite: rejected at graph_budget: "
+                                                      f"{budget}", real_rope]
+
+
 def test_pr_cost_today_is_at_the_tldr_count_and_problem_two_names_only_code_files():
     s, entry = summary()
     pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")

@@ -96,7 +96,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
             "glue_bar": glue_bar_of(stack_code), "glue_bar_pct": GLUE_BAR_PCT,
             "ops_add_up": ops_add_up(stack_code, entries, cuda=plan.cuda),
             "rewrite_deltas": deltas,
-            "asked": {e["branch"]: asked(rejected, e, order) for e in entries}}
+            "asked": {e["branch"]: asked(rejected, e, order, frozenset(x["label"] for x in entries))
+                      for e in entries}}
 
 
 def rejections(verdicts: list[CandidateVerdict], submissions: list[Candidate]) -> list[dict[str, Any]]:
@@ -105,11 +106,15 @@ def rejections(verdicts: list[CandidateVerdict], submissions: list[Candidate]) -
     return [{**v.model_dump(mode="json"), "regions": named.get(v.id, [])} for v in verdicts if v.verdict == "rejected"]
 
 
-def asked(rejected: list[dict[str, Any]], entry: dict[str, Any], order: dict[str, int]) -> list[str]:
+def asked(rejected: list[dict[str, Any]], entry: dict[str, Any], order: dict[str, int],
+          stacked: frozenset[str] = frozenset()) -> list[str]:
     """A PR's "You may ask" lines: each rejection once; one of the entry's own label is an earlier (or later)
-    attempt of this rewrite (``order``: submission id to its place in line); the regions a submission named."""
+    attempt of this rewrite (``order``: submission id to its place in line); the regions a submission named.
+    A rejection labelled like another stack entry (``stacked``: the stack's labels) is left to that entry's PR."""
     lines = []
     for r in rejected:
+        if r["label"] != entry["label"] and r["label"] in stacked:
+            continue
         named = f" (the submission named regions: {', '.join(r['regions'])})" if r.get("regions") else ""
         ruling = f"rejected at {r['phase']}: {r['reason']}{named}"
         if r["label"] == entry["label"]:
