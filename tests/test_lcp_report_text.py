@@ -176,3 +176,17 @@ def test_the_guidance_cites_no_pattern_list_the_agent_cannot_read():
     for text in (*LADDER, *SYMPTOMS.values()):
         assert not re.search(r"patterns?(\.md| \d)", text), text
     assert "real arithmetic" in LADDER[2] and "gathers" in SYMPTOMS["scatter/gather"]
+
+
+def test_the_bandwidth_reads_the_same_in_every_report():
+    """Blind trial of 2026-12-05: "0.01 TB/s" in the advance summary and FINDINGS, "0.007 TB/s" in ideal_times.md."""
+    from phases.local_compile_perf.ideal_times import tb_per_s
+
+    s, _ = summary()
+    s["bandwidth"]["tbs"] = 0.0071234
+    findings = render_template("local_compile_perf", "findings.md.j2", s=s)
+    bandwidth = {"tbs": 0.0071234, "label": "host", "nbytes": 1, "copies": 1, "seconds": 1.0}
+    ideal = render_template("local_compile_perf", "ideal.md.j2", bandwidth=bandwidth, rows=[], tokens=8,
+                            device_name="host")
+    assert tb_per_s(0.0071234) == "0.00712 TB/s" and tb_per_s(4.8) == "4.8 TB/s"
+    assert "bandwidth 0.00712 TB/s (host memcpy)" in findings and "Bandwidth: 0.00712 TB/s (host;" in ideal
