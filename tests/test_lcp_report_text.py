@@ -190,3 +190,19 @@ def test_the_bandwidth_reads_the_same_in_every_report():
                             device_name="host")
     assert tb_per_s(0.0071234) == "0.00712 TB/s" and tb_per_s(4.8) == "4.8 TB/s"
     assert "bandwidth 0.00712 TB/s (host memcpy)" in findings and "Bandwidth: 0.00712 TB/s (host;" in ideal
+
+
+def test_the_screen_devlog_line_says_its_token_count():
+    """Blind trial of 2026-12-05: "screen of 'weighted combine' (...): base_regions 47.914 ms, ..." named no count."""
+    from phases.local_compile_perf.screen_confirm import screen
+
+    notes = []
+    answer = SimpleNamespace(samples_ms={"base_regions": [47.914], "with_candidate": [170.380]})
+    ctx = SimpleNamespace(call=lambda *a, label: answer, note=lambda text, kind: notes.append(text))
+    plan = SimpleNamespace(harness="examples.moe_layer.harness:build_harness", device="cpu", tokens=(256, 512, 1024),
+                           timing=SimpleNamespace(iters=20))
+    prepared = SimpleNamespace(stack_regions=("router",), tree_regions=["router", "weighted_combine"],
+                               candidate_checkout="/nowhere")
+    screen(ctx, plan, SimpleNamespace(label="weighted combine", prepared=prepared))
+    assert notes == ["screen of 'weighted combine' at 512 tokens (ranking only, 1 process, rotated): "
+                     "base_regions 47.914 ms, with_candidate 170.380 ms"]
