@@ -35,7 +35,7 @@ def summary(device="cpu", *, rejected=(), asked_lines=()):
              "graphs": {"per_region": {"weighted_combine": 2}, "tokens": [256, 512, 1024], "limit": 8, "target": 6}}
     if device != "cpu":
         entry["judged"] = [{**j, "verdict": "win"} for j in entry["judged"]]
-    s = {"plan": SimpleNamespace(spec=spec, device=device, device_name="host"), "entries": [entry],
+    s = {"run_id": "lcp-r1", "plan": SimpleNamespace(spec=spec, device=device, device_name="host"), "entries": [entry],
          "per_tokens": [], "rejected": list(rejected), "limits": [], "not_tested": ["x"], "feedback": [],
          "linear": True, "runs": 3, "bandwidth": {"tbs": 0.04, "kind": "host memcpy"}, "glue_bar_pct": 30.0,
          "asked": {entry["branch"]: list(asked_lines)}}
@@ -206,3 +206,17 @@ def test_the_screen_devlog_line_says_its_token_count():
     screen(ctx, plan, SimpleNamespace(label="weighted combine", prepared=prepared))
     assert notes == ["screen of 'weighted combine' at 512 tokens (ranking only, 1 process, rotated): "
                      "base_regions 47.914 ms, with_candidate 170.380 ms"]
+
+
+def test_the_pr_test_plan_names_what_a_reviewer_of_the_target_can_run_or_read():
+    """Blind trial of 2026-12-05: the test plan cited `pytest tests/test_lcp_workflow_e2e.py`, the orchestrator's
+    own test, which a reviewer of the target cannot run against this change."""
+    s, entry = summary()
+    pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
+    plan = pr.split("**Test plan**", 1)[1].split("<details>", 1)[0].strip().splitlines()
+    assert "pytest" not in pr and len(plan) == 3, plan
+    assert plan[0].startswith("- `orchestrator audit lcp-r1`: ")
+    assert plan[1].startswith("- `correctness-c4-431c.md` in the run's artifacts: ")
+    assert plan[2].endswith("tokens 256,512,1024 + no_grad (the run's graph_budget phase): weighted_combine 2 "
+                            "(limit 8, target 6)")
+    assert lint_pr_text(pr) == []

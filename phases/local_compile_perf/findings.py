@@ -86,7 +86,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     limits = [v for v in rejected if v["phase"] == "graph_budget"
               and (v["numbers"].get("limit_hit") or not v["numbers"])]
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
-    return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context, "rejected": rejected,
+    return {"run_id": ctx.run_id, "plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context,
+            "rejected": rejected,
             "limits": limits, "not_tested": not_tested(stack_code, baselines_result.attention,
                                                   tuple(plan.inventory.get("override_kernels") or ()),
                                                   cuda=plan.cuda),
