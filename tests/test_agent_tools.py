@@ -256,12 +256,29 @@ def test_next_steps_in_a_phase_without_edits_point_to_its_submission_and_to_a_pe
     state = {"status": "waiting", "awaiting": "agent", "violations": [], "run_id": "r1", "phase": "gap_analysis",
              "issues": [{"code": "residual_gap_unexplained", "fix_location": "temporary core patches"}],
              "attempts": {"gap_analysis": 1}}
-    steps = next_steps(state, SimpleNamespace(allowed_paths=()), submissions=("patch",))
+    patch = SimpleNamespace(drive=False, args=SimpleNamespace(model_fields={"label": None}))
+    steps = next_steps(state, SimpleNamespace(allowed_paths=()), submissions={"patch": patch})
     assert not [s for s in steps if "escalate" in s], steps
     assert any("submit kind=patch" in s for s in steps) and any("--waive CODE" in s for s in steps)
     assert steps[-1] == "call advance to re-run the phase"
     fresh = next_steps({**state, "issues": [], "attempts": {}}, SimpleNamespace(allowed_paths=()))
     assert fresh == ["call advance to run the phase"]
+
+
+def test_next_steps_in_a_phase_that_waits_for_a_branch_name_its_submission_not_advance():
+    """Blind trial of 2026-12-05: pick_fix's next_steps said "call advance to re-run the phase"; the call is submit."""
+    from orchestrator.agent.views import next_steps
+    from orchestrator.workflow import load_workflow
+
+    workflow = load_workflow("local-compile-perf")
+    spec = next(p for p in workflow.phases if p.name == "pick_fix")
+    rows = {k: row for k, row in workflow.submissions.items() if row.phase == "pick_fix"}
+    state = {"status": "waiting", "awaiting": "agent", "violations": [], "run_id": "r1", "phase": "pick_fix",
+             "issues": [{"code": "candidate_wanted", "fix_location": "a new branch of T"}], "attempts": {"pick_fix": 1}}
+    steps = next_steps(state, spec, submissions=rows)
+    assert steps[-1].startswith("commit_branch your edits, then submit kind=candidate"), steps
+    assert not [s for s in steps if "call advance" in s], steps
+    assert next_steps({**state, "attempts": {}}, spec, submissions=rows)[-1] == "call advance to run the phase"
 
 
 def test_why_names_the_findings_a_person_decides_when_no_question_is_pending() -> None:

@@ -72,7 +72,9 @@ def test_unnamed_regions_of_the_changed_files_are_offered_not_enabled(target):
                                          r'\(CLI: --regions swiglu\).*regions "none"'):
         submit(ctx)
     assert ctx.state["records"] == {}
-    with pytest.raises(UsageError, match=r"\['rope_typo'\] are not declared"):
+    # blind trial of 2026-12-05: "in branch 'candidate/x''s tree" read as a stray quote
+    with pytest.raises(UsageError, match=r"\['rope_typo'\] are not declared anywhere in the tree of branch "
+                                         r"'candidate/narrow-scores' \(declared: "):
         submit(ctx, regions="swiglu,rope_typo")
     assert ctx.state["records"] == {}
     submit(ctx, regions="none")

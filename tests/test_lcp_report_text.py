@@ -35,7 +35,7 @@ def summary(device="cpu", *, rejected=(), asked_lines=()):
              "graphs": {"per_region": {"weighted_combine": 2}, "tokens": [256, 512, 1024], "limit": 8, "target": 6}}
     if device != "cpu":
         entry["judged"] = [{**j, "verdict": "win"} for j in entry["judged"]]
-    s = {"plan": SimpleNamespace(spec=spec, device=device, device_name="host"), "entries": [entry],
+    s = {"run_id": "lcp-r1", "plan": SimpleNamespace(spec=spec, device=device, device_name="host"), "entries": [entry],
          "per_tokens": [], "rejected": list(rejected), "limits": [], "not_tested": ["x"], "feedback": [],
          "linear": True, "runs": 3, "bandwidth": {"tbs": 0.04, "kind": "host memcpy"}, "glue_bar_pct": 30.0,
          "asked": {entry["branch"]: list(asked_lines)}}
@@ -90,11 +90,31 @@ def test_pr_asks_each_rejection_once_and_calls_its_own_rejections_earlier_attemp
     assert lint_pr_text(pr) == []
 
 
-def test_pr_cost_today_is_at_the_tldr_count_and_problem_two_names_only_code_files():
+def test_a_later_pr_leaves_the_rejected_attempts_of_an_earlier_stack_entry_to_that_entry_s_pr():
+    """Blind trial of 2026-12-05: PR 2 asked "why not weighted combine?" although weighted combine is stack entry 1."""
+    budget = "graphs per region over the headroom target 6 of 8: rms_norm 7"
+    verdicts = [_verdict("c1", "weighted combine", "graph_budget", budget),
+                _verdict("c3", "real rope", "correctness", "fp32: out rel L2 0.1 > tol 0.01")]
+    rejected = rejections(verdicts, [])
+    order = {"c1": 0, "c2": 1, "c3": 2, "c4": 3}
+    first = {"label": "weighted combine", "candidate": "c2"}
+    second = {"label": "fused rms norm", "candidate": "c4"}
+    stacked = frozenset({first["label"], second["label"]})
+    real_rope = "why not real rope? rejected at correctness: fp32: out rel L2 0.1 > tol 0.01"
+    assert asked(rejected, second, order, stacked) == [real_rope]
+    assert asked(rejected, first, order, stacked) == [f"earlier attempt of this rewrite: rejected at graph_budget: "
+                                                      f"{budget}", real_rope]
+
+
+def test_pr_tldr_and_cost_today_give_every_judged_count_and_problem_two_names_only_code_files():
+    """Blind trial of 2026-12-05: a TLDR citing only 1024 tokens (-17.0%) read as a gain where 256 and 512 went up."""
     s, entry = summary()
+    entry["judged"] = [judged(256, 119.476, 203.416, 26.8), judged(512, 375.538, 453.159, 53.9),
+                       judged(1024, 913.993, 758.990, 128.7)]
     pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
-    assert pr.splitlines()[0].count("1024 tokens 1115.742 -> 912.150 ms") == 1
-    assert "4. Cost today at 1024 tokens: 1115.742 ms per fwd+bwd step" in pr
+    assert pr.splitlines()[0].endswith("; 256 / 512 / 1024 tokens: +70.3% / +20.7% / -17.0% per step (host timer: "
+                                       "indicative, not a measured gain)."), pr.splitlines()[0]
+    assert "4. Cost today at 256 / 512 / 1024 tokens: 119.476 / 375.538 / 913.993 ms per fwd+bwd step" in pr
     assert "2. The glue in examples/moe_layer/moe.py runs as separate eager kernels" in pr
     assert "Files: examples/moe_layer/moe.py, examples/moe_layer/trainer_settings.py." in pr
     assert "why not a bigger region?" in pr and lint_pr_text(pr) == []
@@ -144,3 +164,59 @@ def test_the_stack_code_reading_moves_glue_and_wall_together():
     reading = compare_trees(rows, 512)["reading"]
     assert reading == ("the rewrites move per-layer compile's glue -3.5% and its wall -34.2% (main -> stack code); "
                        "regions vs per-layer compile of the same code: glue +50.3%, wall +95.0%")
+
+
+def test_the_guidance_cites_no_pattern_list_the_agent_cannot_read():
+    """Blind trial of 2026-12-05: 'read_file patterns.md' failed and "(pattern 6)" pointed at nothing."""
+    import re
+
+    from phases.local_compile_perf.pick_fix import LADDER
+    from phases.local_compile_perf.profile_diff import SYMPTOMS
+
+    for text in (*LADDER, *SYMPTOMS.values()):
+        assert not re.search(r"patterns?(\.md| \d)", text), text
+    assert "real arithmetic" in LADDER[2] and "gathers" in SYMPTOMS["scatter/gather"]
+
+
+def test_the_bandwidth_reads_the_same_in_every_report():
+    """Blind trial of 2026-12-05: "0.01 TB/s" in the advance summary and FINDINGS, "0.007 TB/s" in ideal_times.md."""
+    from phases.local_compile_perf.ideal_times import tb_per_s
+
+    s, _ = summary()
+    s["bandwidth"]["tbs"] = 0.0071234
+    findings = render_template("local_compile_perf", "findings.md.j2", s=s)
+    bandwidth = {"tbs": 0.0071234, "label": "host", "nbytes": 1, "copies": 1, "seconds": 1.0}
+    ideal = render_template("local_compile_perf", "ideal.md.j2", bandwidth=bandwidth, rows=[], tokens=8,
+                            device_name="host")
+    assert tb_per_s(0.0071234) == "0.00712 TB/s" and tb_per_s(4.8) == "4.8 TB/s"
+    assert "bandwidth 0.00712 TB/s (host memcpy)" in findings and "Bandwidth: 0.00712 TB/s (host;" in ideal
+
+
+def test_the_screen_devlog_line_says_its_token_count():
+    """Blind trial of 2026-12-05: "screen of 'weighted combine' (...): base_regions 47.914 ms, ..." named no count."""
+    from phases.local_compile_perf.screen_confirm import screen
+
+    notes = []
+    answer = SimpleNamespace(samples_ms={"base_regions": [47.914], "with_candidate": [170.380]})
+    ctx = SimpleNamespace(call=lambda *a, label: answer, note=lambda text, kind: notes.append(text))
+    plan = SimpleNamespace(harness="examples.moe_layer.harness:build_harness", device="cpu", tokens=(256, 512, 1024),
+                           timing=SimpleNamespace(iters=20))
+    prepared = SimpleNamespace(stack_regions=("router",), tree_regions=["router", "weighted_combine"],
+                               candidate_checkout="/nowhere")
+    screen(ctx, plan, SimpleNamespace(label="weighted combine", prepared=prepared))
+    assert notes == ["screen of 'weighted combine' at 512 tokens (ranking only, 1 process, rotated): "
+                     "base_regions 47.914 ms, with_candidate 170.380 ms"]
+
+
+def test_the_pr_test_plan_names_what_a_reviewer_of_the_target_can_run_or_read():
+    """Blind trial of 2026-12-05: the test plan cited `pytest tests/test_lcp_workflow_e2e.py`, the orchestrator's
+    own test, which a reviewer of the target cannot run against this change."""
+    s, entry = summary()
+    pr = render_template("local_compile_perf", "pr.md.j2", s=s, e=entry, findings="")
+    plan = pr.split("**Test plan**", 1)[1].split("<details>", 1)[0].strip().splitlines()
+    assert "pytest" not in pr and len(plan) == 3, plan
+    assert plan[0].startswith("- `orchestrator audit lcp-r1`: ")
+    assert plan[1].startswith("- `correctness-c4-431c.md` in the run's artifacts: ")
+    assert plan[2].endswith("tokens 256,512,1024 + no_grad (the run's graph_budget phase): weighted_combine 2 "
+                            "(limit 8, target 6)")
+    assert lint_pr_text(pr) == []

@@ -142,8 +142,8 @@ def test_reports_on_a_host_timer_call_nothing_a_win(device):
     other_session = {"wall_ms": 99.0, "glue_ms": 9.0}
     baselines = [{"tokens": t, "eager": other_session, "upstream": other_session, "per_layer": None}
                  for t in plan["sizes"]["tokens"]]
-    summary = {"plan": plan, "entries": [entry], "per_tokens": side_by_side(code), "baselines": baselines,
-               "rejected": [], "limits": [],
+    summary = {"run_id": "r1", "plan": plan, "entries": [entry], "per_tokens": side_by_side(code),
+               "baselines": baselines, "rejected": [], "limits": [],
                "not_tested": ["x"], "feedback": [], "linear": True,
                "glue_bar_pct": 30.0, "runs": 3, "bandwidth": {"tbs": 4.2, "kind": "x"},
                "rewrite_deltas": [], "asked": {entry["branch"]: []}}

@@ -274,7 +274,8 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
 
     state = env.store.read_state(args.run_id)
     spec = phase_spec(state)
-    blocking = blocking_reasons(load_workflow(state["workflow"]), state) if spec else []
+    workflow = load_workflow(state["workflow"])
+    blocking = blocking_reasons(workflow, state) if spec else []
     pending = [{**{k: q.get(k) for k in ("key", "prompt", "choices")},
                 "who": "a human only (the answer tool refuses it)" if q["human_only"] else "you may answer"}
                for q in state["pending"]]
@@ -290,9 +291,10 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
         "outcome": outcome_so_far(state),
         "blocking_next_phase": blocking, "open_patches": state["open_patches"],
         "artifacts": sorted(state["artifacts"]),
-        "submissions": submission_schemas(load_workflow(state["workflow"]), state["phase"]),
+        "submissions": submission_schemas(workflow, state["phase"]),
     }
-    data["next_steps"] = next_steps(state, spec, submissions=tuple(data["submissions"]))
+    rows = {kind: row for kind, row in workflow.submissions.items() if row.phase == state["phase"]}
+    data["next_steps"] = next_steps(state, spec, submissions=rows)
     return ToolResult(status="ok", message=why, data=data)
 
 

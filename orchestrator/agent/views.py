@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.agent import files
@@ -68,8 +69,9 @@ def what_a_person_can_do(state: dict[str, Any]) -> list[str]:
             f"stop the run: `orchestrator abort {run_id} --reason TEXT`"]
 
 
-def next_steps(state: dict[str, Any], spec: Any, *, submissions: tuple[str, ...] = ()) -> list[str]:
-    """What the agent can do now, in order; ``submissions``: the kinds of input this phase takes."""
+def next_steps(state: dict[str, Any], spec: Any, *, submissions: Mapping[str, Any] | None = None) -> list[str]:
+    """What the agent can do now, in order; ``submissions``: the phase's submission rows by kind."""
+    submissions = submissions or {}
     if state["status"] in ("done", "aborted"):
         return ["nothing: the run is finished"]
     if state["awaiting"] == "human":
@@ -85,9 +87,21 @@ def next_steps(state: dict[str, Any], spec: Any, *, submissions: tuple[str, ...]
                      "submissions)" if submissions else "this phase takes no file edits")
         steps.append(f"if nothing you can submit clears a finding, stop and say so: a person can waive it "
                      f"(`orchestrator resume {state['run_id']} --waive CODE --reason TEXT`) or abort the run")
-    ran = state["attempts"].get(state["phase"], 0)
-    steps.append("call advance to re-run the phase" if ran else "call advance to run the phase")
+    steps.append(last_step(state, submissions))
     return steps
+
+
+def last_step(state: dict[str, Any], submissions: Mapping[str, Any]) -> str:
+    """The call that moves the phase on: advance, unless it has run and waits for a submission that runs it."""
+    if not state["attempts"].get(state["phase"], 0):
+        return "call advance to run the phase"
+    driving = [kind for kind, row in submissions.items() if row.drive]
+    if not driving:
+        return "call advance to re-run the phase"
+    takes_branch = any("branch" in submissions[kind].args.model_fields for kind in driving)
+    first = "commit_branch your edits, then " if takes_branch else ""
+    return (f"{first}submit kind={' or '.join(driving)} (schema under submissions): the submission re-runs the "
+            "phase; advance without one waits again")
 
 
 def shrink(value: Any, *, limit: int = 8000, items: int = 20, chars: int = 1500) -> Any:

@@ -148,8 +148,8 @@ def _named_regions(state: dict[str, Any], args: CandidateArgs) -> tuple[tuple[st
     known = declared_at(git.Repo(target), args.branch)
     unknown = [name for name in args.regions if name not in known]
     if unknown:
-        raise UsageError(f"regions {unknown} are not declared anywhere in branch {args.branch!r}'s tree (declared: "
-                         f"{', '.join(sorted(known)) or 'none'})")
+        raise UsageError(f"regions {unknown} are not declared anywhere in the tree of branch {args.branch!r} "
+                         f"(declared: {', '.join(sorted(known)) or 'none'})")
     named = tuple(dict.fromkeys(args.regions))
     changed = touched(target, args.branch, stack_tip(state))
     return named, {name: known[name] for name in named if name not in changed}

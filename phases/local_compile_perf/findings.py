@@ -87,7 +87,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     limits = [v for v in rejected if v["phase"] == "graph_budget"
               and (v["numbers"].get("limit_hit") or not v["numbers"])]
     linear = all(is_ancestor(ctx.target, e["parent"], e["commit"]) for e in entries)
-    return {"plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context, "rejected": rejected,
+    return {"run_id": ctx.run_id, "plan": plan, "entries": entries, "per_tokens": per_tokens, "baselines": context,
+            "rejected": rejected,
             "limits": limits, "not_tested": not_tested(stack_code, baselines_result.attention,
                                                   tuple(plan.inventory.get("override_kernels") or ()),
                                                   cuda=plan.cuda),
@@ -99,7 +100,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
             "rewrite_deltas": deltas,
             "headline_per_step": headline_per_step(stack_code, cuda=plan.cuda),
             "section_loads": section_loads(stack_code),
-            "asked": {e["branch"]: asked(rejected, e, order) for e in entries}}
+            "asked": {e["branch"]: asked(rejected, e, order, frozenset(x["label"] for x in entries))
+                      for e in entries}}
 
 
 def rejections(verdicts: list[CandidateVerdict], submissions: list[Candidate]) -> list[dict[str, Any]]:
@@ -108,11 +110,15 @@ def rejections(verdicts: list[CandidateVerdict], submissions: list[Candidate]) -
     return [{**v.model_dump(mode="json"), "regions": named.get(v.id, [])} for v in verdicts if v.verdict == "rejected"]
 
 
-def asked(rejected: list[dict[str, Any]], entry: dict[str, Any], order: dict[str, int]) -> list[str]:
+def asked(rejected: list[dict[str, Any]], entry: dict[str, Any], order: dict[str, int],
+          stacked: frozenset[str] = frozenset()) -> list[str]:
     """A PR's "You may ask" lines: each rejection once; one of the entry's own label is an earlier (or later)
-    attempt of this rewrite (``order``: submission id to its place in line); the regions a submission named."""
+    attempt of this rewrite (``order``: submission id to its place in line); the regions a submission named.
+    A rejection labelled like another stack entry (``stacked``: the stack's labels) is left to that entry's PR."""
     lines = []
     for r in rejected:
+        if r["label"] != entry["label"] and r["label"] in stacked:
+            continue
         named = f" (the submission named regions: {', '.join(r['regions'])})" if r.get("regions") else ""
         ruling = f"rejected at {r['phase']}: {r['reason']}{named}"
         if r["label"] == entry["label"]:

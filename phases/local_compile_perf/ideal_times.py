@@ -23,6 +23,11 @@ from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.workers import GLUE
 
 
+def tb_per_s(tbs: float) -> str:
+    """A bandwidth as every report prints it (3 significant digits: a host's 0.00712 is not 0.01)."""
+    return f"{tbs:.3g} TB/s"
+
+
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
     bw = ctx.call(BANDWIDTH, BandwidthRequest(device=plan.device), label="bandwidth").model_dump(mode="json")
@@ -32,7 +37,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
                                        "torch": plan.torch, "seed": 0, "target_commit": ctx.base["commit"]},
                            labels={"kind": bw["kind"], "label": bw["label"], "nbytes": bw["nbytes"],
                                    "copies": bw["copies"], "seconds": bw["seconds"]})
-    log(ctx, f"bandwidth {bw['tbs']:.3f} TB/s ({bw['label']}, {bw['nbytes']} B x {bw['copies']} copies)",
+    log(ctx, f"bandwidth {tb_per_s(bw['tbs'])} ({bw['label']}, {bw['nbytes']} B x {bw['copies']} copies)",
         kind="measurement")
     tokens = max(plan.tokens)
     if plan.kind == "hf":
@@ -55,7 +60,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ctx.write_artifact("ideal_times.md", ctx.render("ideal.md.j2", bandwidth=bw, rows=rows, tokens=tokens,
                                                     device_name=plan.device_name))
     return PhaseResult(outcome="passed",
-                       summary=f"ideal times: {bw['tbs']:.2f} TB/s, {len(rows)} glue op(s) at {tokens} tokens",
+                       summary=f"ideal times: {tb_per_s(bw['tbs'])}, {len(rows)} glue op(s) at {tokens} tokens",
                        data={"bandwidth": bw, "tokens": tokens, "rows": rows, "regions_found": glue["regions_found"],
                              "eager_step": glue.get("eager_step")})
 

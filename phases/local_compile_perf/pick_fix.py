@@ -21,7 +21,9 @@ from phases.local_compile_perf.stack import (
 )
 from phases.local_compile_perf.stop_state import ranking_line, stop_line, stop_rule_now
 
-LADDER = ("enable an existing region", "resize a region", "rewrite the function so it lowers well (patterns.md)",
+LADDER = ("enable an existing region", "resize a region",
+          "rewrite the function so it lowers well (e.g. complex ops as real arithmetic, a gather-sum combine, "
+          "producer + cat + consumer in one region)",
           "add a region-scoped option", "autograd.Function with a hand-written backward")
 
 

@@ -17,13 +17,14 @@ from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 
 SYMPTOMS = {
-    "cat/copy": "cat/copy kernels in glue: producer + cat + consumer in one region; try both cat lowerings (pattern 2)",
-    "scatter/gather": "scatter/atomics: gather-sum combine (pattern 6); index math on symbolic sizes: prefer_nd_tiling",
+    "cat/copy": "cat/copy kernels in glue: producer + cat + consumer in one region; try both cat lowerings",
+    "scatter/gather": "scatter/atomics: dispatch and combine as gathers (gather, then sum over top-k; no scatter-add); "
+                      "index math on symbolic sizes: prefer_nd_tiling",
     "pointwise": "many small pointwise kernels: fuse into a region; "
-                 "complex ops under compile -> real arithmetic (pattern 1)",
-    "reduction": "small reductions slow: unroll / keep static (pattern 4) or make them a GEMM (pattern 17)",
+                 "complex ops under compile -> real arithmetic on (real, imaginary) pairs",
+    "reduction": "small reductions slow: unroll / keep their sizes static, or make them a GEMM",
     "norm": "norms apart from their consumers: one region with the next glue (norm + RoPE + cat)",
-    "sort": "sorts in routing: int16 keys (pattern 8)",
+    "sort": "sorts in routing: narrow the sort keys to int16",
     "other": "unclassified kernels: read their names in the table",
 }
 

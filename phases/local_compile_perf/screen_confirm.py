@@ -70,7 +70,7 @@ def screen(ctx: PhaseContext, plan: Plan, cand: Candidate) -> dict[str, float]:
                             iters=max(3, plan.timing.iters // 4))
     answer = ctx.call(*in_checkout(prepared.candidate_checkout, SCREEN, request), label="screen")
     medians = {k: statistics.median(v) for k, v in answer.samples_ms.items()}
-    log(ctx, f"screen of {cand.label!r} (ranking only, 1 process, rotated): " +
+    log(ctx, f"screen of {cand.label!r} at {middle} tokens (ranking only, 1 process, rotated): " +
              ", ".join(f"{k} {v:.3f} ms" for k, v in medians.items()), kind="measurement")
     return medians
 
