@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -128,11 +128,12 @@ def invoke():
     return run
 
 
-def call_worker(func: str, request: dict, *, target: Path = ROOT, timeout_s: float = 900) -> dict:
+def call_worker(func: str, request: dict, *, target: Path = ROOT, timeout_s: float = 900,
+                on_progress: Callable[[str], None] | None = None) -> dict:
     """Run a worker function exactly as phases do (the engine's run_worker); fail with its log."""
     from orchestrator.worker import run_worker
 
-    result = run_worker(func, request, target=target, timeout_s=timeout_s)
+    result = run_worker(func, request, target=target, timeout_s=timeout_s, on_progress=on_progress)
     assert result.answer is not None, result.log.decode("utf-8", "replace")[-3000:]
     return result.answer
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+from orchestrator.progress import parse
 from phases.kit.graphs import graph_budget_worker
 from phases.kit.records import Correctness, GraphCount
 from tests.conftest import ROOT
@@ -22,11 +23,18 @@ def test_kit_modules_import_without_torch():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-def test_graph_budget_worker_round_trips():
-    answer = graph_budget_worker({"harness": TINY, "regions": ["rms_norm"], "tokens": [8], "device": "cpu",
+def test_graph_budget_worker_round_trips(capsys):
+    answer = graph_budget_worker({"harness": TINY, "regions": ["rms_norm"], "tokens": [8, 16], "device": "cpu",
                                   "dtype": "fp32"})
     count = GraphCount.model_validate(json.loads(json.dumps(answer)))
-    assert count.per_function == {"rms_norm": 2} and count.within_target  # fwd+bwd, then no_grad
+    assert count.per_function == {"rms_norm": 4} and count.within_target  # fwd+bwd, then no_grad, per token count
+    # progress as it goes (blind trial of 2026-12-05: 28-52 s of silence after "worker graph budget started")
+    progress = [parse(line) for line in capsys.readouterr().err.splitlines() if parse(line) is not None]
+    assert len(progress) == 5 and progress[0].startswith("graph count: loading the harness to count rms_norm")
+    assert progress[1:3] == ["graph count: fwd+bwd at 8 tokens (step 1 of 2, ETA after the first step)",
+                             "graph count: no_grad forward at 8 tokens"]
+    assert progress[3].startswith("graph count: fwd+bwd at 16 tokens (step 2 of 2, ETA ")
+    assert progress[4] == "graph count: no_grad forward at 16 tokens"
 
 
 def test_correctness_workers_round_trip(tmp_path):

@@ -49,6 +49,7 @@ class Ctx:
         self.target, self.scratch_dir = target, scratch
         self.state: dict[str, Any] = {"records": {}}
         self.measurements: list[Any] = []
+        self.notes: list[tuple[str, str]] = []
 
     def call(self, worker: Any, request: Any, *, label: str) -> Any:
         return call_handle(worker, request, target=self.target)
@@ -61,6 +62,9 @@ class Ctx:
 
     def record_measurement(self, *args: Any, **kwargs: Any) -> None:
         self.measurements.append((args, kwargs))
+
+    def note(self, text: str, *, kind: str) -> None:
+        self.notes.append((kind, text))
 
 
 def test_prefixes_replay_each_commit_on_the_parent_with_its_regions(embedded_workspace, tmp_path):
@@ -106,6 +110,7 @@ def test_deltas_are_measured_recorded_and_rendered(embedded_workspace, tmp_path,
     (second,) = steps[2]["per_tokens"]
     assert second["glue_delta_ms"] == second["glue_ms"] - steps[1]["per_tokens"][0]["glue_ms"]
     assert not list((tmp_path / "scratch" / "worktrees").glob("deltas-*/prefix-*"))
+    assert [kind for kind, _text in ctx.notes] == ["measurement"] * 3  # the devlog: one entry per prefix
     assert measure_rewrite_deltas(ctx, plan, entry) == record  # measured once per entry: read back typed
     assert len(ctx.state["records"]["rewrite_deltas"]) == 1
     text = render_template("local_compile_perf", "findings.md.j2", s=findings_summary(record))

@@ -20,14 +20,31 @@ EMBEDDED = "phases.local_compile_perf.embedded.moe_layer.harness:build_harness"
 WORKER = "phases.local_compile_perf.work.tp_ep_check:tp_ep_worker"
 
 
-def check(harness: str, regions: tuple[str, ...]) -> ParallelBuildCheck:
+def check(harness: str, regions: tuple[str, ...], progress: list[str] | None = None) -> ParallelBuildCheck:
     request = ParallelCheckRequest(harness=harness, device="cpu", regions=regions, compile_backend="aot_eager")
-    return ParallelBuildCheck.model_validate(call_worker(WORKER, request.model_dump(mode="json")))
+    on_progress = progress.append if progress is not None else None
+    return ParallelBuildCheck.model_validate(call_worker(WORKER, request.model_dump(mode="json"),
+                                                         on_progress=on_progress))
 
 
 @pytest.fixture(scope="module")
-def embedded() -> ParallelBuildCheck:
-    return check(EMBEDDED, ("router", "swiglu"))
+def embedded_run() -> tuple[ParallelBuildCheck, list[str]]:
+    progress: list[str] = []
+    return check(EMBEDDED, ("router", "swiglu"), progress), progress
+
+
+@pytest.fixture(scope="module")
+def embedded(embedded_run: tuple[ParallelBuildCheck, list[str]]) -> ParallelBuildCheck:
+    return embedded_run[0]
+
+
+def test_the_check_reports_each_item_as_it_goes(embedded_run: tuple[ParallelBuildCheck, list[str]]) -> None:
+    """Blind trial of 2026-12-05: a submit rejected at TP/EP sent 41 s of silence; now one line per item."""
+    progress = [m for m in embedded_run[1] if m.startswith("TP/EP build check: ")]
+    assert [m.removeprefix("TP/EP build check: ").split(" (step")[0] for m in progress] == [
+        "shapes at DSv3's real dims, world 8 (meta)", "shapes of the stepped layer",
+        "rank 0 fwd+bwd at 16 tokens", "rank 0 fwd+bwd at 24 tokens", "rank 7 (zero tokens) fwd+bwd at 16 tokens"]
+    assert "(step 2 of 2, ETA " in progress[3]
 
 
 def test_every_parameter_is_its_global_shape_split_by_8(embedded: ParallelBuildCheck) -> None:

@@ -99,12 +99,18 @@ def build_shape_pass(
     def run_all_shapes() -> None:
         import torch
 
+        from orchestrator.progress import Eta, report
+
+        eta = Eta(len(tokens))
         for n in tokens:
+            report(f"graph count: fwd+bwd at {n} tokens ({eta.describe()})")
             workload = harness.build(tokens=n, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
             workload.step()
+            report(f"graph count: no_grad forward at {n} tokens")
             workload.inputs = tuple(t.detach() for t in workload.inputs)
             with torch.no_grad():
                 workload.forward()
+            eta.step_done()
 
     return run_all_shapes
 
@@ -159,9 +165,12 @@ def graph_budget_worker(request: dict) -> dict:
 
     Counted per region from the region functions' cache entries (``region_functions``).
     """
+    from orchestrator.progress import report
     from phases.kit.harness import load_harness, resolve_dtype
 
     req = GraphBudgetRequest.model_validate(request)
+    report(f"graph count: loading the harness to count {', '.join(req.regions) or 'no region'} over tokens "
+           f"{list(req.tokens)}, each with a no_grad pass")
     harness = load_harness(req.harness)
     harness.bind_regions(list(req.regions))
     run = build_shape_pass(harness, tokens=req.tokens, device=req.device, dtype=resolve_dtype(req.dtype),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext
-from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.confirmed import build_cells, log_cells, measured, record_cells
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.workers import CONFIRM
@@ -32,6 +32,7 @@ def measure_under_ac(ctx: PhaseContext, plan: Plan, *, main: str, stack: str) ->
     rows = build_cells(ctx.call(CONFIRM, request, label=f"stack under {RETIME_MODE} AC").model_dump(mode="json"),
                        runs=plan.sizes.runs)
     record_cells(ctx, rows, purpose=f"stack code under {RETIME_MODE} AC")
+    log_cells(ctx, rows, prefix=f"under {RETIME_MODE} AC: ")
     cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None)
              for name in ("per_layer_main", "regions_stack")}
     load = max((r.host_load for r in rows if r.host_load is not None), default=None)

@@ -19,7 +19,7 @@ from phases.kit.attention import GemmRateRequest
 from phases.kit.timing import is_cuda
 from phases.kit.workers import GEMM_RATE
 from phases.local_compile_perf import attention_floor, per_step
-from phases.local_compile_perf.confirmed import build_cells, record_cells
+from phases.local_compile_perf.confirmed import build_cells, log_cells, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
@@ -43,8 +43,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     rows = build_cells(answer, runs=plan.sizes.runs) + not_applicable_rows(plan)
     record_cells(ctx, rows, purpose="baseline")
     broken = [r for r in rows if r.status == "failed"]
-    for row in rows:
-        log(ctx, describe_row(row), kind="measurement")
+    log_cells(ctx, rows)
     gemm_rate, attention = check_attention(ctx, plan, rows)
     load = max((r.host_load for r in rows if r.host_load is not None), default=None)
     ctx.write_artifact("baselines.md", ctx.render("baselines.md.j2", plan=plan, rows=rows, traps=traps,
@@ -120,12 +119,3 @@ def not_applicable_rows(plan: Plan) -> list[Cell]:
                   reason=f"per-layer compile measured at {per_layer} only ({plan.sizes.source}): "
                          "its cold compile per shape does not fit this host's budget") for t in skipped]
     return rows
-
-
-def describe_row(row: Cell) -> str:
-    if row.status != "measured":
-        return f"{row.variant} at {row.tokens} tokens: {row.status} ({row.reason})"
-    c = row.cited
-    replay = f", replay {c['replay_ms']:.3f} ms" if "replay_ms" in c else ", replay n/a"
-    return (f"{row.variant} at {row.tokens} tokens: wall {c['wall_ms']:.3f} ms{replay}, kernel "
-            f"{c['kernel_ms']:.3f} ms, glue {c['glue_ms']:.3f} ms (median of {row.runs_ok} fresh processes)")

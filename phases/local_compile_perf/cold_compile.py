@@ -12,6 +12,7 @@ import statistics
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.workers import CONFIRM
@@ -29,6 +30,8 @@ def measure_cold_compile(ctx: PhaseContext, plan: Plan, checkout: str, regions: 
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=1, timing=timing)
     answer = ctx.call(CONFIRM, request, label="cold compile").model_dump(mode="json")
     rows = [cold_row(block, tokens) for block in answer["variants"]]
+    for row in rows:
+        log(ctx, describe_cold(row, tokens), kind="measurement")
     return {"tokens": tokens, "env": COLD, "rows": rows}
 
 
@@ -41,3 +44,12 @@ def cold_row(block: dict[str, Any], tokens: int) -> dict[str, Any]:
     first, step = result["timing"]["compile_ms"], statistics.median(result["timing"]["samples_ms"])
     return {**row, "status": "measured", "compile_s": max(first - step, 0.0) / 1e3, "first_call_ms": first,
             "step_ms": step}
+
+
+def describe_cold(row: dict[str, Any], tokens: int) -> str:
+    """One devlog line of a cold_row."""
+    where = f"cold compile of {row['name']} ({row['tree']}) at {tokens} tokens"
+    if row["status"] != "measured":
+        return f"{where}: FAILED in its fresh process (see the worker log)"
+    return (f"{where}: {row['compile_s']:.1f} s (first call {row['first_call_ms']:.0f} ms less a step of "
+            f"{row['step_ms']:.1f} ms; 1 fresh process, Inductor caches off)")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Cell
 
 GLUE_EXCLUDED = ("gemm", "attention")
@@ -113,3 +114,19 @@ def measured(rows: Sequence[Cell], variant: str, tokens: int) -> Cell | None:
     """The cell of ``variant`` at ``tokens`` when it was measured, else None."""
     found = cell(rows, variant, tokens)
     return found if found and found.status == "measured" else None
+
+
+def describe_cell(row: Cell) -> str:
+    """One devlog line of a cell: its cited medians and how many fresh processes gave them."""
+    if row.status != "measured":
+        return f"{row.variant} at {row.tokens} tokens: {row.status} ({row.reason})"
+    c = row.cited
+    replay = f", replay {c['replay_ms']:.3f} ms" if "replay_ms" in c else ", replay n/a"
+    return (f"{row.variant} at {row.tokens} tokens: wall {c['wall_ms']:.3f} ms{replay}, kernel "
+            f"{c['kernel_ms']:.3f} ms, glue {c['glue_ms']:.3f} ms (median of {row.runs_ok} fresh processes)")
+
+
+def log_cells(ctx: PhaseContext, rows: Sequence[Cell], *, prefix: str = "") -> None:
+    """One devlog measurement entry per cell, right after its fresh processes."""
+    for row in rows:
+        log(ctx, f"{prefix}{describe_cell(row)}", kind="measurement")

@@ -21,6 +21,7 @@ import git
 
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.results import RewriteDeltas
 from phases.local_compile_perf.region_offer import declared_at
@@ -93,6 +94,8 @@ def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any])
     record = {"commit": entry["commit"], "branch": entry["branch"], "tokens": list(tokens),
               "steps": delta_steps([(name, subject) for name, _path, subject in made], rows, tokens)}
     ctx.add_record("rewrite_deltas", record)
+    for line in delta_lines(record):
+        log(ctx, line, kind="measurement")
     return record
 
 
@@ -112,3 +115,18 @@ def delta_steps(names: list[tuple[str, str]], rows: list[Any], tokens: tuple[int
             per_tokens.append(row)
         steps.append({"name": name, "rewrite": subject, "per_tokens": per_tokens})
     return steps
+
+
+def delta_lines(record: dict[str, Any]) -> list[str]:
+    """One devlog line per prefix and token count of a ``rewrite_deltas`` record."""
+    return [f"rewrite deltas of {record['branch']}: {step['name']} ({step['rewrite'][:60]}) at {row['tokens']} "
+            f"tokens: {describe_delta(row)}" for step in record["steps"] for row in step["per_tokens"]]
+
+
+def describe_delta(row: dict[str, Any]) -> str:
+    if row["wall_ms"] is None:
+        return "not measured (its fresh process FAILED: see the worker log)"
+    glue, wall = f"glue {row['glue_ms']:.3f} ms", f"wall {row['wall_ms']:.3f} ms"
+    if "glue_delta_ms" in row:
+        glue, wall = f"{glue} ({row['glue_delta_ms']:+.3f})", f"{wall} ({row['wall_delta_ms']:+.3f})"
+    return f"{glue}, {wall} (1 fresh process: indicative)"

@@ -24,7 +24,8 @@ from phases.kit.ideal import ideal_ms
 from phases.local_compile_perf.ac_retime import measure_under_ac
 from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.cold_compile import measure_cold_compile
-from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.confirmed import build_cells, log_cells, measured, record_cells
+from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Cell, Plan
 from phases.local_compile_perf.results import StackCode, StackCodePart
 from phases.local_compile_perf.stack import add_detached_worktree, recipe_regions, remove_worktree
@@ -63,7 +64,7 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     regions = recipe_regions(path)
     try:
         rows = [Cell.model_validate(c) for c in once("cells", lambda: measure_cells(ctx, plan, str(path)))]
-        answer = once("glue", lambda: measure_glue_ops(ctx, plan, str(path), regions))
+        answer = once("glue", lambda: measure_glue_ops(ctx, plan, str(path), regions, bandwidth_tbs))
         cold = once("cold_compile", lambda: measure_cold_compile(ctx, plan, str(path), regions))
         under_ac = once("under_ac", lambda: measure_under_ac(ctx, plan, main=str(ctx.target), stack=str(path)))
     finally:
@@ -90,14 +91,34 @@ def measure_cells(ctx: PhaseContext, plan: Plan, stack: str) -> list[dict[str, A
                              timing=plan.timing)
     rows = build_cells(ctx.call(CONFIRM, request, label="stack code").model_dump(mode="json"), runs=plan.sizes.runs)
     record_cells(ctx, rows, purpose="stack code")
+    log_cells(ctx, rows, prefix="stack code: ")
     return [r.slim().model_dump(mode="json") for r in rows]
 
 
-def measure_glue_ops(ctx: PhaseContext, plan: Plan, stack: str, regions: tuple[str, ...]) -> dict[str, Any]:
+def measure_glue_ops(ctx: PhaseContext, plan: Plan, stack: str, regions: tuple[str, ...],
+                     bandwidth_tbs: float) -> dict[str, Any]:
     """The stack's glue ops as it runs them, each timed alone at the largest token count (the GLUE worker's answer)."""
     glue = GlueRequest(harness=plan.harness, device=plan.device, tokens=max(plan.tokens), regions=regions,
                        timing=plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)}))
-    return ctx.call(*in_checkout(stack, GLUE, glue), label="stack glue ops").model_dump(mode="json")
+    answer = ctx.call(*in_checkout(stack, GLUE, glue), label="stack glue ops").model_dump(mode="json")
+    for line in glue_op_lines(answer, bandwidth_tbs):
+        log(ctx, line, kind="measurement")
+    return answer
+
+
+def glue_op_lines(answer: dict[str, Any], bandwidth_tbs: float) -> list[str]:
+    """Devlog lines of the GLUE answer: the call floor (where timed), then one per op against its ideal."""
+    floor, tokens = answer["call_floor_ms"], answer["tokens"]
+    lines = [f"stack glue ops: call floor {floor:.4f} ms (a compiled one-element add, fwd+bwd)"] if floor else []
+    return lines + [describe_op(judge_op(op, bandwidth_tbs, [], floor_ms=floor), tokens) for op in answer["ops"]]
+
+
+def describe_op(row: dict[str, Any], tokens: int) -> str:
+    """One judged glue op (judge_op): ms/step by its timer, x its ideal, its best-known kernel where timed."""
+    ideal = f"{row['ratio']:.1f}x ideal" if row["ratio"] is not None else "no ideal (no bytes)"
+    best = f", best-known {row['best_known_ms']:.4f} ms/step" if row["best_known_ms"] is not None else ""
+    return (f"stack glue op {row['op']} ({'compiled' if row['compiled'] else 'eager'}) at {tokens} tokens: "
+            f"{row['measured_ms']:.4f} ms/step ({row['timer']} timer), {ideal}{best}")
 
 
 def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:

@@ -105,12 +105,15 @@ def run_check(harness: Any, req: ParallelCheckRequest, base: dict[str, Any]) -> 
     import torch._dynamo
     from torch._dynamo.utils import counters
 
+    from orchestrator.progress import report
     from phases.kit.graphs import HEADROOM_SHARE, region_functions
 
     items, failures = {}, {}
+    report(f"TP/EP build check: shapes at DSv3's real dims, world {req.world_size} (meta)")
     shapes_real = checked_shapes("shapes_real", lambda: shapes_at(with_config(harness, ep_degree=1), req, "meta"),
                                  items, failures)
     stepped = with_config(harness, ep_degree=1, **req.build_widths)
+    report("TP/EP build check: shapes of the stepped layer")
     shapes_build = checked_shapes("shapes_build", lambda: shapes_at(stepped, req, "cpu"), items, failures)
     with compile_backend(req.compile_backend):
         harness.bind_regions(list(req.regions))
@@ -184,12 +187,15 @@ def run_rank(harness: Any, req: ParallelCheckRequest, *, rank: int, tokens: tupl
     """fwd+bwd at each of ``tokens`` as ``rank``; the error, if one is raised, is the run's FAIL."""
     import torch
 
+    from orchestrator.progress import Eta, report
     from phases.local_compile_perf.work.tp_ep_plan import parallelize_layers, starve_rank
 
     sent, received, empty, stand_ins, error = [], [], 0, [], ""
+    who, eta = f"rank {rank}" + (" (zero tokens)" if zero_tokens else ""), Eta(len(tokens))
     try:
         with fake_rank(rank, req.world_size) as mesh:
             for step, n in enumerate(tokens):
+                report(f"TP/EP build check: {who} fwd+bwd at {n} tokens ({eta.describe()})")
                 workload = harness.build(tokens=n, device="cpu", dtype=torch.bfloat16, seed=req.seed + step)
                 exchanges = parallelize_layers(workload.layers, mesh, rank=rank, tp=req.tp, ep=req.ep)
                 if zero_tokens and not starve_rank(workload.layers, rank=rank, ep=req.ep):
@@ -199,6 +205,7 @@ def run_rank(harness: Any, req: ParallelCheckRequest, *, rank: int, tokens: tupl
                 received.append(sum(e.rows_received for e in exchanges))
                 empty += sum(e.empty_experts for e in exchanges)
                 stand_ins += [s for e in exchanges for s in e.stand_ins]
+                eta.step_done()
     except Exception as exc:  # noqa: BLE001 - a crash on this rank is its FAIL, recorded with its message
         error = error_text(exc)
     if zero_tokens and not error and any(received):
