@@ -89,10 +89,10 @@ def test_cold_compile_is_the_first_call_less_a_step_and_a_failed_process_says_so
     from phases.local_compile_perf.cold_compile import cold_row
 
     variant = {"name": "cold swiglu", "tree": "regions:swiglu"}
-    ok = {"status": "ok", "log_tail": "", "result": {"16": {"timing": {"compile_ms": 21_000.0,
-                                                                      "samples_ms": [40.0, 60.0]}}}}
+    ok = {"status": "ok", "log_tail": "", "host_load": 1.5,
+          "result": {"16": {"timing": {"compile_ms": 21_000.0, "samples_ms": [40.0, 60.0]}}}}
     assert cold_row({"variant": variant, "runs": [ok]}, 16) == {
-        "name": "swiglu", "tree": "regions:swiglu", "status": "measured", "compile_s": 20.95,
+        "name": "swiglu", "tree": "regions:swiglu", "host_load": 1.5, "status": "measured", "compile_s": 20.95,
         "first_call_ms": 21_000.0, "step_ms": 50.0}
     failed = {"status": "FAILED", "log_tail": "InductorError: boom", "result": None}
     row = cold_row({"variant": variant, "runs": [failed]}, 16)
