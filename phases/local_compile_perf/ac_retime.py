@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext
+from phases.local_compile_perf import per_step
 from phases.local_compile_perf.confirmed import build_cells, log_cells, measured, record_cells
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
@@ -35,5 +36,5 @@ def measure_under_ac(ctx: PhaseContext, plan: Plan, *, main: str, stack: str) ->
     log_cells(ctx, rows, prefix=f"under {RETIME_MODE} AC: ")
     cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None)
              for name in ("per_layer_main", "regions_stack")}
-    load = max((r.host_load for r in rows if r.host_load is not None), default=None)
+    load = per_step.highest_load(r.host_load for r in rows)
     return {"mode": RETIME_MODE, "recipe_mode": plan.spec.ac_mode, "tokens": tokens, **cited, "host_load": load}

@@ -45,7 +45,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     broken = [r for r in rows if r.status == "failed"]
     log_cells(ctx, rows)
     gemm_rate, attention = check_attention(ctx, plan, rows)
-    load = max((r.host_load for r in rows if r.host_load is not None), default=None)
+    load = per_step.highest_load(r.host_load for r in rows)
     ctx.write_artifact("baselines.md", ctx.render("baselines.md.j2", plan=plan, rows=rows, traps=traps,
                                                   runs=plan.sizes.runs, gpu_poll=answer["gpu_poll"],
                                                   gemm_rate=gemm_rate, attention=attention,
@@ -82,14 +82,8 @@ def check_attention(ctx: PhaseContext, plan: Plan, rows: list[Cell]) -> tuple[di
 
 def per_step_notes(rows: list[Cell], *, cuda: bool) -> list[str]:
     """Why a measured row's cited glue, kernel and wall medians do not add up (nothing for rows that do)."""
-    notes = []
-    for row in (r for r in rows if r.status == "measured"):
-        c = row.cited
-        check = per_step.reading(kernel=c["kernel_ms"], wall=c["wall_ms"], cuda=cuda, parts=c["glue_ms"],
-                                 parts_name="glue", medians=True)
-        if not check["holds"]:
-            notes.append(f"{row.variant} at {row.tokens} tokens: {check['why']}")
-    return notes
+    return [f"{row.variant} at {row.tokens} tokens: {why}" for row in rows
+            if row.status == "measured" and (why := per_step.cited_why(row.cited, cuda=cuda))]
 
 
 def trees_for(plan: Plan) -> list[tuple[str, str, tuple[int, ...]]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.phase_api import PhaseContext
+from phases.local_compile_perf import per_step
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Cell
 
@@ -66,7 +67,7 @@ def _cell(variant: dict[str, Any], tokens: int, outcomes: list[dict[str, Any]], 
         "variant": variant["name"], "tree": variant["tree"], "tokens": tokens, "checkout": variant["checkout"],
         "runs_ok": len(ok), "runs_asked": runs,
         "foreign_pids": sorted({p for o in outcomes for p in o["foreign_pids"]}),
-        "host_load": max((o["host_load"] for o in outcomes if o.get("host_load") is not None), default=None),
+        "host_load": per_step.highest_load(o.get("host_load") for o in outcomes),
         "failed": [{"index": o["index"], "returncode": o["returncode"], "log_tail": o["log_tail"][-600:]}
                    for o in outcomes if o["status"] != "ok"],
     }

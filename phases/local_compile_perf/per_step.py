@@ -6,7 +6,7 @@ to about the wall, or the report says why not. Both the profile tables and the b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 TOLERANCE = 1.1
 """Kernel total within this factor of the wall (either way) counts as "about the wall"."""
@@ -37,6 +37,17 @@ def reading(*, kernel: float, wall: float, cuda: bool, parts: float | None = Non
             "device idle (launch gaps, host work)" if cuda else
             "host time outside aten ops (Python, the autograd engine, compiled code)"))
     return {"kernel_ms": kernel, "wall_ms": wall, "kernel_over_wall": ratio, "holds": not why, "why": "; ".join(why)}
+
+
+def cited_why(cited: dict[str, float], *, cuda: bool) -> str:
+    """Why a cell's cited glue, kernel and wall medians do not add up ("" when they do)."""
+    return reading(kernel=cited["kernel_ms"], wall=cited["wall_ms"], cuda=cuda, parts=cited["glue_ms"],
+                   parts_name="glue", medians=True)["why"]
+
+
+def highest_load(loads: Iterable[float | None]) -> float | None:
+    """The highest of the host loads sampled (None where none was)."""
+    return max((load for load in loads if load is not None), default=None)
 
 
 def host_load_note(load: float | None, cpus: int | None) -> str:

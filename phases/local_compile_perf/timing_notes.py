@@ -14,29 +14,16 @@ HEADLINE = ("upstream_main", "per_layer_main", "regions_stack", "per_layer_stack
 
 def headline_per_step(stack_code: dict[str, Any] | None, *, cuda: bool) -> list[str]:
     """Per headline cell whose cited glue, kernel and wall medians do not add up: why."""
-    notes = []
-    for row in (stack_code or {}).get("per_tokens", []):
-        for name in HEADLINE:
-            cited = row.get(name)
-            if not cited:
-                continue
-            check = per_step.reading(kernel=cited["kernel_ms"], wall=cited["wall_ms"], cuda=cuda,
-                                     parts=cited["glue_ms"], parts_name="glue", medians=True)
-            if not check["holds"]:
-                notes.append(f"{name} at {row['tokens']} tokens: {check['why']}")
-    return notes
+    return [f"{name} at {row['tokens']} tokens: {why}" for row in (stack_code or {}).get("per_tokens", [])
+            for name in HEADLINE if row.get(name) and (why := per_step.cited_why(row[name], cuda=cuda))]
 
 
 def section_loads(stack_code: dict[str, Any] | None) -> dict[str, str]:
     """Per section of the findings (side by side, under AC, cold compile): its host-load line, where sampled."""
     if not stack_code:
         return {}
-    cpus = os.cpu_count()
-    loads = {"side by side": _most(r.get("host_load") for r in stack_code.get("rows", ())),
-             "under AC": _most([(stack_code.get("under_ac") or {}).get("host_load")]),
-             "cold compile": _most(r.get("host_load") for r in (stack_code.get("cold_compile") or {}).get("rows", ()))}
-    return {name: note for name, load in loads.items() if (note := per_step.host_load_note(load, cpus))}
-
-
-def _most(values: Any) -> float | None:
-    return max((v for v in values if v is not None), default=None)
+    cold = (stack_code.get("cold_compile") or {}).get("rows", ())
+    loads = {"side by side": per_step.highest_load(r.get("host_load") for r in stack_code.get("rows", ())),
+             "under AC": (stack_code.get("under_ac") or {}).get("host_load"),
+             "cold compile": per_step.highest_load(r.get("host_load") for r in cold)}
+    return {name: note for name, load in loads.items() if (note := per_step.host_load_note(load, os.cpu_count()))}
