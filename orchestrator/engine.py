@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from orchestrator.trail import events as ev
 from orchestrator.context import json_safe, phase_context
 from orchestrator.answers import validate_answer
+from orchestrator.edits import record_edits
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunIsFinished, UsageError, WorkerFailed
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
@@ -227,6 +228,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
     """Run phases of a run whose lock the caller holds (``advance``, ``resume``, ``submit``)."""
     messages: list[str] = []
     done = 0
+    record_edits(run, workflow, by="outside")
     while True:
         state = run.state
         if state["phase"] == DONE or state["status"] in TERMINAL:
@@ -246,6 +248,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
         if max_phases is not None and done >= max_phases:
             break
         name, attempt, result = _run_phase(run, workflow, progress=progress, runner=runner)
+        record_edits(run, workflow, by="phase")
         result = workflow.check_result(name, apply_waivers(result, waived_codes(run.state, name)))
         done += 1
         with run.atomic():  # completion, questions and transition land in one write, or none does

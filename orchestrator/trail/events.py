@@ -177,6 +177,30 @@ class AgentActed(_Data):
     """ok, refused: <why>, error: <why>."""
 
 
+class EditRecorded(_Data):
+    type: Literal["edit_recorded"] = "edit_recorded"
+    by: Literal["tool", "phase", "outside"]
+    """Who changed the tracked paths: "tool", an agent's file tool call (``tool``, ``call_id``); "phase", the
+    event's phase while it ran (its own writes); "outside", someone outside the engine's tools (a person, an
+    agent's own file tools, a command killed before it recorded), seen when the next command began."""
+    tool: str | None = None
+    """The agent tool that made the edit (write_file, edit_file, apply_diff, commit_branch)."""
+    call_id: str | None = None
+    """That tool call's id (its ``agent_acted`` event carries the same)."""
+    paths: list[str]
+    """The tracked path prefixes: the workflow's scope and every phase's allowed paths."""
+    files: dict[str, dict[str, str | None]]
+    """Path -> {"before": git blob id or None (no such file), "after": ...}, for every file that changed."""
+    diff: str
+    """Artifact name of the whole diff from ``tree_before`` to ``tree_after`` (``git diff --binary --full-index``)."""
+    tree_before: str
+    """Git tree id of the workspace as last recorded: the base commit's tree, the tracked paths as they were."""
+    tree_after: str
+    """The same after this edit."""
+    base_tree: str
+    """Git tree id of the base commit: the target's content at start, the same for every run on that content."""
+
+
 class PatchApplied(_Data):
     type: Literal["patch_applied"] = "patch_applied"
     patch_id: str
@@ -235,7 +259,7 @@ EventData = Annotated[
         GateBlocked, GuardViolated, GuardCleared, QuestionAsked, AnswerAccepted,
         ArtifactWritten, MeasurementRecorded, NoteAdded, WorkerFinished, AgentActed,
         PatchApplied, PatchReverted, RecordAdded, RunAborted, RunFinished, CommandInterrupted,
-        TrailRepaired,
+        TrailRepaired, EditRecorded,
     ],
     Field(discriminator="type"),
 ]
