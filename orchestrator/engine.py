@@ -20,6 +20,7 @@ from orchestrator.context import json_safe, phase_context
 from orchestrator.answers import validate_answer
 from orchestrator.edits import record_edits
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunIsFinished, UsageError, WorkerFailed
+from orchestrator.fix_index import after_completion
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
 from orchestrator.trail.writer import OpenRun
@@ -256,6 +257,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
             moved = result.outcome == "passed" and _take_route(run, workflow, result.route)
             if moved and run.state["phase"] == DONE:
                 run.append(ev.RunFinished(summary=run.state["summary"] or "all phases passed"))
+        after_completion(run, phase=name)
         run.flush()
         if not moved:
             break

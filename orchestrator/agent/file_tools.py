@@ -1,4 +1,4 @@
-"""The agent's file tools: read, write, edit and diff inside the run's target, and commit_branch.
+"""The agent's file tools: read, write, edit and diff inside the run's target, commit_branch, apply_fix.
 
 Each handler takes its argument model and the call's ``ToolEnv`` and returns a ``ToolResult``;
 ``tools.TOOLS`` lists them beside the run tools, and ``tools.call_tool`` records every call. The
@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 from orchestrator.agent import files
 from orchestrator.agent.tool_args import (
-    ApplyDiffArgs, CommitBranchArgs, EditFileArgs, ReadFileArgs, ToolResult, WriteFileArgs,
+    ApplyDiffArgs, ApplyFixArgs, CommitBranchArgs, EditFileArgs, ReadFileArgs, ToolResult, WriteFileArgs,
 )
 from orchestrator.agent.views import live_state, scope_for
 
 NOT_DONE = {"write_file": "file NOT written", "edit_file": "edit NOT made", "apply_diff": "diff NOT applied",
-            "commit_branch": "NOT committed"}
+            "commit_branch": "NOT committed", "apply_fix": "fix NOT applied"}
 """How a refusal of a tool that writes the target starts, so that it never reads like a result."""
 
 
@@ -87,3 +87,23 @@ def apply_diff(args: ApplyDiffArgs, env: Any) -> ToolResult:
     return ToolResult(status="ok", message=f"applied to {', '.join(data['paths'])}; {next_step(state)} when done",
                       data=data)
 
+
+def apply_fix(args: ApplyFixArgs, env: Any) -> ToolResult:
+    """Apply an offered proven fix (``fix_index``): the whole diff, under apply_diff's scope rules."""
+    from orchestrator.fix_index import offered_diff
+
+    state = live_state(env.store, args.run_id)
+    with recorded_edit(env, args.run_id, "apply_fix") as run:
+        diff, offer = offered_diff(run, args.offer)
+        try:
+            data = files.apply_unified_diff(scope_for(state), diff)
+        except files.ScopeRefused as exc:
+            if not exc.message.startswith("the diff does not apply"):
+                raise
+            raise files.ScopeRefused(f"offer {args.offer} does not apply cleanly here ({exc.message}); its diff is "
+                                     f"artifact {offer['diff']}: read it with read_artifact and make the edit by "
+                                     "hand, or ignore the offer") from None
+    proven = ", ".join(p["run_id"] for p in offer["proofs"])
+    return ToolResult(status="ok", data={**data, "offer": args.offer, "diff": offer["diff"], "proven_by": proven},
+                      message=f"applied offer {args.offer} (proven by {proven}) to {', '.join(data['paths'])}; "
+                              f"{next_step(state)} to check it")
