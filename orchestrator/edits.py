@@ -118,8 +118,21 @@ def record_edits(run: Any, workflow: Any, *, by: By, tool: str | None = None, ca
     phase = run.state["phase"] or None
     recorded = run.append_many([ev.ArtifactWritten(name=name, sha256=sha, bytes=size), edit], actor=actor,
                                phase=phase)[-1]
-    git_out(target, "update-ref", f"refs/orchestrator/edits/{run.run_id}", after)
+    keep_reachable(target, run_id=run.run_id, tree=after)
     return recorded
+
+
+def keep_reachable(target: str | Path, *, run_id: str, tree: str) -> None:
+    """Point ``refs/orchestrator/edits/<run_id>`` at ``tree``, so git's gc keeps the last recorded state."""
+    ref = f"refs/orchestrator/edits/{run_id}"
+    try:
+        git_out(target, "update-ref", ref, tree)
+    except UsageError:
+        # NOTE: only the run's own commands write its ref, under the run's lock (held now): a lock file
+        # left on it is a killed command's, and every later record would fail on it.
+        common = git_out(target, "rev-parse", "--git-common-dir").decode().strip()
+        Path(target, common, f"{ref}.lock").unlink(missing_ok=True)
+        git_out(target, "update-ref", ref, tree)
 
 
 @contextlib.contextmanager
@@ -132,7 +145,11 @@ def tool_edit(run: Any, *, tool: str, call_id: str) -> Iterator[None]:
     try:
         yield
     finally:
-        record_edits(run, workflow, by="tool", tool=tool, call_id=call_id, actor="agent")
+        try:
+            record_edits(run, workflow, by="tool", tool=tool, call_id=call_id, actor="agent")
+        except UsageError as exc:  # the call may have acted: not a refusal, the engine failed (recorded as such)
+            raise RuntimeError(f"{tool} ran, but its edit could not be recorded ({exc.message}); the next command "
+                               "records what changed as made outside the tools") from exc
 
 
 def edits_in(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -106,3 +106,18 @@ def rebuild_and_compare(run_dir: Path, target: Path, seen: list[tuple[int, dict[
                     if before.get(p) != after.get(p)} == edit["data"]["files"], edit["seq"]
         assert blobs_under(rebuilt) == observed, seq
     assert edits == []
+
+
+def test_a_ref_lock_a_killed_command_left_does_not_stop_the_next_record(agent_env: None, toy_repo: Path,
+                                                                       tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "state")
+    caller = Caller(store)
+    run_id = run_to_fix(caller, toy_repo)
+    assert caller("write_file", run_id=run_id, path="allowed/a.txt", content="one\n").status == "ok"
+    lock = toy_repo / ".git" / "refs" / "orchestrator" / "edits" / f"{run_id}.lock"
+    lock.write_text("a killed update-ref's\n")
+    written = caller("write_file", run_id=run_id, path="allowed/a.txt", content="two\n")
+    assert written.status == "ok", written.message
+    recorded = [e["data"]["tree_after"] for e in store.read_events(run_id) if e["type"] == "edit_recorded"]
+    assert len(recorded) == 2 and git(toy_repo, "rev-parse", f"refs/orchestrator/edits/{run_id}").strip() == \
+        recorded[-1] and not lock.exists()
