@@ -191,9 +191,10 @@ def offer_views(runs_dir: Path, state: dict[str, Any], events: list[dict[str, An
         text = blob.decode("utf-8", "replace")
         applies, why = diff_applies(state["target"], blob)
         event = recorded.get(fix.offer)
+        also = sorted({c for c, _ in fix.findings} - {c for c, _ in matched})
         views.append({
-            "offer": fix.offer, "for": [c for c, _ in matched],
-            "cleared_with": sorted({c for c, _ in fix.findings} - {c for c, _ in matched}),
+            "offer": fix.offer, "for": [c for c, _ in matched], "findings": [list(ref) for ref in matched],
+            "cleared_with": also, "what": _what(fix, also),
             "files": list(fix.files), "applies_cleanly": applies, "apply_check": why,
             "offered_seq": event["seq"] if event else None,
             "diff_artifact": event["data"]["diff"] if event else None,
@@ -205,6 +206,20 @@ def offer_views(runs_dir: Path, state: dict[str, Any], events: list[dict[str, An
             "how": f"apply_fix with {{\"run_id\": \"{state['run_id']}\", \"offer\": \"{fix.offer}\"}}, or ignore it",
         })
     return views
+
+
+def _what(fix: KnownFix, also: list[str]) -> str:
+    first = fix.proofs[0]
+    said = (f"the whole diff of {len(first['edit_seqs'])} edit(s) run {first['run_id']} made between the finding "
+            f"and the completion without it, {len(fix.files)} file(s), applied whole")
+    return said + (f"; it also cleared {', '.join(also)} there" if also else "")
+
+
+def issues_with_offers(state: dict[str, Any], views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's open findings, each with the ids of the offers made for it (``fix_offers``)."""
+    target = state["target"]
+    return [{**issue, "fix_offers": [v["offer"] for v in views if list(finding_ref(issue, target=target))
+                                     in v["findings"]]} for issue in state["issues"]]
 
 
 def offered_diff(run: Any, offer_id: str) -> tuple[str, dict[str, Any]]:

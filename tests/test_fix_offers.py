@@ -92,6 +92,7 @@ def test_the_edit_that_cleared_a_finding_is_offered_to_the_next_model_and_applie
     explained, applied, advanced = anyio.run(explain_apply_advance, store, b, alpha["offer"])
     [offer] = explained["data"]["fix_offers"]
     assert offer["proven_by"][0]["run_id"] == a and offer["applies_cleanly"] and "+alpha = 1" in offer["diff"]
+    assert [i["fix_offers"] for i in explained["data"]["issues"]] == [[alpha["offer"]]]  # the finding offers it
     assert any(alpha["offer"] in step for step in explained["data"]["next_steps"])
     assert applied["status"] == "ok" and applied["data"]["proven_by"] == a
     assert advanced["data"]["status"] == "done"

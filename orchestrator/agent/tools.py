@@ -273,7 +273,7 @@ def read_artifact(args: ReadArtifactArgs, env: ToolEnv) -> ToolResult:
 
 def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
     from orchestrator.engine import blocking_reasons
-    from orchestrator.fix_index import offer_views
+    from orchestrator.fix_index import issues_with_offers, offer_views
     from orchestrator.workflow import load_workflow
 
     state = env.store.read_state(args.run_id)
@@ -298,6 +298,7 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
         "submissions": submission_schemas(workflow, state["phase"]),
     }
     data["fix_offers"] = offer_views(env.store.runs_dir, state, env.store.read_events(args.run_id))
+    data["issues"] = issues_with_offers(state, data["fix_offers"])
     rows = {kind: row for kind, row in workflow.submissions.items() if row.phase == state["phase"]}
     data["next_steps"] = next_steps(state, spec, submissions=rows, offers=data["fix_offers"])
     return ToolResult(status="ok", message=why, data=data)
