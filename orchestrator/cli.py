@@ -266,8 +266,9 @@ _PLUGINS_LOADED: list[bool] = []
 
 
 def _register_plugins() -> None:
-    """Commands that live in their own modules: submissions and the patch ledger, agent and mcp, and the
-    commands workflows add (registered beside the workflows in ``orchestrator.workflow``). Once per process."""
+    """Commands that live in their own modules: submissions and the patch ledger, agent and mcp, the trail's,
+    ``fixes``, and the commands workflows add (registered beside the workflows in ``orchestrator.workflow``).
+    Once per process."""
     import importlib
 
     if _PLUGINS_LOADED:
@@ -275,7 +276,8 @@ def _register_plugins() -> None:
     _PLUGINS_LOADED.append(True)
     from orchestrator.workflow import BUILTIN_COMMANDS
 
-    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "orchestrator.cli_trail", *BUILTIN_COMMANDS):
+    for module in ("orchestrator.cli_extra", "orchestrator.cli_agent", "orchestrator.cli_trail",
+                   "orchestrator.cli_fixes", *BUILTIN_COMMANDS):
         try:
             importlib.import_module(module).register(main, command)
         except ModuleNotFoundError as exc:

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 from orchestrator.trail import events as ev
 from orchestrator.context import json_safe, phase_context
 from orchestrator.answers import validate_answer
+from orchestrator.edits import record_edits
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunIsFinished, UsageError, WorkerFailed
+from orchestrator.fix_index import after_completion
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
 from orchestrator.trail.writer import OpenRun
@@ -227,6 +229,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
     """Run phases of a run whose lock the caller holds (``advance``, ``resume``, ``submit``)."""
     messages: list[str] = []
     done = 0
+    record_edits(run, workflow, by="outside")
     while True:
         state = run.state
         if state["phase"] == DONE or state["status"] in TERMINAL:
@@ -246,6 +249,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
         if max_phases is not None and done >= max_phases:
             break
         name, attempt, result = _run_phase(run, workflow, progress=progress, runner=runner)
+        record_edits(run, workflow, by="phase")
         result = workflow.check_result(name, apply_waivers(result, waived_codes(run.state, name)))
         done += 1
         with run.atomic():  # completion, questions and transition land in one write, or none does
@@ -253,6 +257,7 @@ def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_
             moved = result.outcome == "passed" and _take_route(run, workflow, result.route)
             if moved and run.state["phase"] == DONE:
                 run.append(ev.RunFinished(summary=run.state["summary"] or "all phases passed"))
+        after_completion(run, phase=name)
         run.flush()
         if not moved:
             break

@@ -69,8 +69,8 @@ def tool_definitions() -> list[dict[str, Any]]:
     return [{"name": s.name, "description": s.description, "input_schema": s.input_schema()} for s in TOOLS.values()]
 
 
-def render_system_prompt(state: dict[str, Any]) -> str:
-    """agent_system.md.j2 for the run's current phase (StrictUndefined)."""
+def render_system_prompt(state: dict[str, Any], offers: list[dict[str, Any]] | None = None) -> str:
+    """agent_system.md.j2 for the run's current phase (StrictUndefined); ``offers``: ``fix_index.offer_views``."""
     from orchestrator.context import render_template
     from orchestrator.workflow import load_workflow
 
@@ -79,7 +79,8 @@ def render_system_prompt(state: dict[str, Any]) -> str:
     return render_template("agent", "agent_system.md.j2", workflow=workflow, run=state,
                            phase_title=spec.title if spec else "",
                            allowed_paths=list(spec.allowed_paths) if spec else [],
-                           agent_notes=spec.agent_notes if spec else "", tool_names=list(TOOLS))
+                           agent_notes=spec.agent_notes if spec else "", tool_names=list(TOOLS),
+                           offers=offers or [])
 
 
 def drive(run_id: str, *, store: Any, client: Any, model: str = DEFAULT_MODEL, max_turns: int = 30,
@@ -98,7 +99,7 @@ def drive(run_id: str, *, store: Any, client: Any, model: str = DEFAULT_MODEL, m
             stop = _stop_reason(state) or ("turn_limit" if turns >= max_turns else None)
             if stop:
                 break
-            system = render_system_prompt(state)
+            system = render_system_prompt(state, _offers(store, state))
             if not log["systems"] or log["systems"][-1]["text"] != system:
                 log["systems"].append({"from_turn": turns + 1, "text": system})
             response = _create(client, model=model, system=system, messages=messages, max_tokens=max_tokens)
@@ -143,6 +144,15 @@ def save_transcript(store: Any, run_id: str, log: dict[str, Any], *, secret: str
         except RunBusy:
             time.sleep(0.1)
     raise RunBusy(f"run {run_id} stayed busy; the agent transcript could not be stored")
+
+
+def _offers(store: Any, state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The proven fixes offered for the run's open findings (none while it has none)."""
+    from orchestrator.fix_index import offer_views
+
+    if not state["issues"]:
+        return []
+    return offer_views(store.runs_dir, state, store.read_events(state["run_id"]))
 
 
 def _kickoff(state: dict[str, Any]) -> str:

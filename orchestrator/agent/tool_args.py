@@ -91,8 +91,10 @@ class ReadArtifactArgs(RunArgs):
 class ExplainArgs(RunArgs):
     """Why the run waits, what the current phase found (phase_findings, JSON), the outcome so far
     (outcome: each record kind's count and latest rows, e.g. candidate verdicts and the stack),
-    where the skill says each fix goes, which paths may be edited now, and the skill's rules for
-    this phase. Start here. Reads never wait for a run another process is changing."""
+    where the skill says each fix goes, which paths may be edited now, the skill's rules for
+    this phase, and fix_offers: proven fixes for the open findings (the diff an earlier run on the
+    same target cleared the same finding with, its run id and event seqs; apply_fix applies one).
+    Start here. Reads never wait for a run another process is changing."""
 
 
 class AnswerArgs(RunArgs):
@@ -201,3 +203,14 @@ class ApplyDiffArgs(RunArgs):
 
     diff: str
     """Unified diff with a/ and b/ prefixes, relative to the target's root."""
+
+
+class ApplyFixArgs(RunArgs):
+    """Apply a proven fix that explain offers (fix_offers) for an open finding: the diff with which an
+    earlier run on the same target cleared the same finding, with that run's id and event seqs as
+    evidence. One call applies the whole diff under the same rules as apply_diff (allowed paths only,
+    recorded as your act); a diff that does not apply cleanly here is refused, and its text stays
+    readable (read_artifact) for you to adapt by hand. You may ignore any offer."""
+
+    offer: str
+    """The offer id from explain's fix_offers, e.g. "fix-3fa2b1c9d0e1"."""

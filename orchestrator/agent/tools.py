@@ -43,9 +43,12 @@ from orchestrator.agent.tool_args import (  # noqa: F401 (re-exported)
     EditFileArgs,
     CommitBranchArgs,
     ApplyDiffArgs,
+    ApplyFixArgs,
     Status,
 )
-from orchestrator.agent.file_tools import NOT_DONE, apply_diff, commit_branch, edit_file, read_file, write_file
+from orchestrator.agent.file_tools import (
+    NOT_DONE, apply_diff, apply_fix, commit_branch, edit_file, read_file, write_file,
+)
 from orchestrator.agent.views import live_state, next_steps, outcome_so_far, phase_spec, shrink
 from orchestrator.agent.views import state_result, submission_schemas, what_a_person_can_do, why_waiting
 from orchestrator.errors import OrchestratorError, RunBusy, RunIsFinished, RunNotFound, UsageError
@@ -55,7 +58,7 @@ MAX_RECORDED_CHARS = 2000
 BUSY_WAIT_S = float(os.environ.get("ORCHESTRATOR_BUSY_WAIT_S", "10"))
 """How long an acting tool waits for a run another process holds before it is refused as busy."""
 ACTING = frozenset({"advance", "answer", "submit", "revert_patches", "note", "escalate", "write_file",
-                    "edit_file", "apply_diff", "commit_branch"})
+                    "edit_file", "apply_diff", "commit_branch", "apply_fix"})
 """Tools that change a run or its target: each runs and is recorded under the run's lock."""
 READ_RECORD_WAIT_S = 0.5
 """How long a read (status, explain, read_file...) waits to record itself: reads never wait on a busy run."""
@@ -270,6 +273,7 @@ def read_artifact(args: ReadArtifactArgs, env: ToolEnv) -> ToolResult:
 
 def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
     from orchestrator.engine import blocking_reasons
+    from orchestrator.fix_index import issues_with_offers, offer_views
     from orchestrator.workflow import load_workflow
 
     state = env.store.read_state(args.run_id)
@@ -293,8 +297,10 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
         "artifacts": sorted(state["artifacts"]),
         "submissions": submission_schemas(workflow, state["phase"]),
     }
+    data["fix_offers"] = offer_views(env.store.runs_dir, state, env.store.read_events(args.run_id))
+    data["issues"] = issues_with_offers(state, data["fix_offers"])
     rows = {kind: row for kind, row in workflow.submissions.items() if row.phase == state["phase"]}
-    data["next_steps"] = next_steps(state, spec, submissions=rows)
+    data["next_steps"] = next_steps(state, spec, submissions=rows, offers=data["fix_offers"])
     return ToolResult(status="ok", message=why, data=data)
 
 
@@ -373,6 +379,7 @@ _SPECS = [
     ("escalate", EscalateArgs, escalate), ("read_file", ReadFileArgs, read_file),
     ("write_file", WriteFileArgs, write_file), ("edit_file", EditFileArgs, edit_file),
     ("apply_diff", ApplyDiffArgs, apply_diff), ("commit_branch", CommitBranchArgs, commit_branch),
+    ("apply_fix", ApplyFixArgs, apply_fix),
 ]
 TOOLS: dict[str, ToolSpec] = {name: ToolSpec(name=name, args=model, handler=fn) for name, model, fn in _SPECS}
 

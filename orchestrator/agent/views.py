@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator.agent import files
@@ -69,8 +69,10 @@ def what_a_person_can_do(state: dict[str, Any]) -> list[str]:
             f"stop the run: `orchestrator abort {run_id} --reason TEXT`"]
 
 
-def next_steps(state: dict[str, Any], spec: Any, *, submissions: Mapping[str, Any] | None = None) -> list[str]:
-    """What the agent can do now, in order; ``submissions``: the phase's submission rows by kind."""
+def next_steps(state: dict[str, Any], spec: Any, *, submissions: Mapping[str, Any] | None = None,
+               offers: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """What the agent can do now, in order; ``submissions``: the phase's submission rows by kind; ``offers``:
+    the proven fixes offered for the open findings (``fix_index.offer_views``)."""
     submissions = submissions or {}
     if state["status"] in ("done", "aborted"):
         return ["nothing: the run is finished"]
@@ -79,6 +81,11 @@ def next_steps(state: dict[str, Any], spec: Any, *, submissions: Mapping[str, An
     steps = []
     if state["violations"]:
         steps.append("undo the edits the rule names (write_file / apply_diff the original back), then advance")
+    for offer in offers:
+        proven = ", ".join(p["run_id"] for p in offer["proven_by"])
+        steps.append(f"{', '.join(offer['for'])}: a proven fix is offered ({offer['offer']}, proven by {proven}; "
+                     f"{'applies cleanly' if offer['applies_cleanly'] else 'does NOT apply cleanly here'}): "
+                     f"{offer['how']}")
     for issue in state["issues"]:
         where = f" in {issue['fix_location']}" if issue.get("fix_location") else ""
         steps.append(f"fix {issue['code']}{where}")
