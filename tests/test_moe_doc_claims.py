@@ -265,13 +265,15 @@ def test_every_layer_kind_is_named_with_the_phases_that_built_and_checked_it(tar
     doc = section((target / compat_doc.DOC).read_text(), "bailing_hybrid (bailing_hybrid)")
     message = git.Repo(target).head.commit.message
     probe, synthetic = f"probe, seq {ctx.seq('probe')}", f"synthetic_config, seq {ctx.seq('synthetic_config')}"
-    linear = (f"linear (linear_attention) x moe: layers 0-4, 6-10 (attention (BailingHybridLinearAttention); "
-              f"mlp (BailingMoeV2SparseMoeBlock)); the probe ran sharding configs, semantic checks ({probe}); the "
-              f"synthetic entry holds it as layer 0 ({synthetic}), built by numerics (numerics, seq "
-              f"{ctx.seq('numerics')}) and the sharding build check (parallelism, seq {ctx.seq('parallelism')})")
-    full = (f"mla (full_attention) x moe: layers 5, 11 (attention (BailingHybridAttention); mlp "
-            f"(BailingMoeV2SparseMoeBlock)); the probe ran sharding configs ({probe}); its findings: "
-            "attention_projection_unhandled; the synthetic entry holds no layer of it: numerics and the sharding "
-            "build check did not build it")
-    assert f"  - {linear}\n" in doc and f"  - {full}\n" in doc, doc
-    assert f"- {linear}\n" in message and f"- {full}\n" in message, message
+    linear = ["linear (linear_attention) x moe: layers 0-4, 6-10 (attention (BailingHybridLinearAttention); "
+              "mlp (BailingMoeV2SparseMoeBlock))",
+              f"probe ({probe}): sharding configs; semantic checks; its findings: none",
+              f"synthetic entry layer 0 ({synthetic}): built by numerics (numerics, seq {ctx.seq('numerics')}) and "
+              f"the sharding build check (parallelism, seq {ctx.seq('parallelism')})"]
+    full = ["mla (full_attention) x moe: layers 5, 11 (attention (BailingHybridAttention); mlp "
+            "(BailingMoeV2SparseMoeBlock))",
+            f"probe ({probe}): sharding configs; its findings: attention_projection_unhandled",
+            "synthetic entry: no layer of this kind, so numerics and the sharding build check did not build it"]
+    for kind in (linear, full):
+        assert f"  - {kind[0]}\n    - {kind[1]}\n    - {kind[2]}\n" in doc, doc
+        assert f"- {kind[0]}\n  - {kind[1]}\n  - {kind[2]}\n" in message, message

@@ -15,30 +15,30 @@ from phases.add_moe_model.cited import Cited
 from phases.add_moe_model.records import Results
 
 
-def layer_kind_lines(results: Results, cited: Cited) -> list[str]:
-    """One line per kind of the real model; empty when the probe recorded no kinds."""
+def layer_kind_lines(results: Results, cited: Cited) -> list[dict[str, Any]]:
+    """One {"head", "parts"} per kind of the real model (its layers; what the probe ran on it; which layer of the
+    synthetic entry holds it, so numerics and the build check built it); empty when the probe recorded no kinds."""
     if results.probe is None:
         return []
     kinds = results.probe.model_dump(mode="json").get("layer_kinds") or []
     planned = (results.synthetic_config.model_dump(mode="json").get("layers") or []) if results.synthetic_config \
         else []
-    return [kind_line(kind, planned, cited) for kind in kinds]
+    return [kind_lines(kind, planned, cited) for kind in kinds]
 
 
-def kind_line(kind: dict[str, Any], planned: list[dict[str, Any]], cited: Cited) -> str:
-    layers = kind.get("layers") or []
-    checked = ", ".join(kind.get("checked") or []) or "nothing"
-    findings = ", ".join(kind.get("findings") or [])
-    probe = f"the probe ran {checked} ({cited.phase('probe')}){f'; its findings: {findings}' if findings else ''}"
+def kind_lines(kind: dict[str, Any], planned: list[dict[str, Any]], cited: Cited) -> dict[str, Any]:
+    findings = ", ".join(kind.get("findings") or []) or "none"
+    probe = f"probe ({cited.phase('probe')}): {'; '.join(kind.get('checked') or []) or 'ran nothing'}; " \
+            f"its findings: {findings}"
     held = [p["layer"] for p in planned if p.get("kind") == kind.get("name")]
     if held:
-        built = (f"the synthetic entry holds it as layer {', '.join(map(str, held))} "
-                 f"({cited.phase('synthetic_config')}), built by numerics ({cited.phase('numerics')}) and the "
-                 f"sharding build check ({cited.phase('parallelism')})")
+        built = (f"synthetic entry layer {', '.join(map(str, held))} ({cited.phase('synthetic_config')}): built by "
+                 f"numerics ({cited.phase('numerics')}) and the sharding build check ({cited.phase('parallelism')})")
     else:
-        built = "the synthetic entry holds no layer of it: numerics and the sharding build check did not build it"
-    return (f"{kind.get('name')}: {_layers_text(layers)} ({kind.get('attention_module')}; {kind.get('mlp_module')}); "
-            f"{probe}; {built}")
+        built = "synthetic entry: no layer of this kind, so numerics and the sharding build check did not build it"
+    head = f"{kind.get('name')}: {_layers_text(kind.get('layers') or [])} ({kind.get('attention_module')}; " \
+           f"{kind.get('mlp_module')})"
+    return {"head": head, "parts": [probe, built]}
 
 
 def _layers_text(indices: list[int]) -> str:

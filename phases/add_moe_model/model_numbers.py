@@ -31,9 +31,11 @@ class Numbers:
     layers: int | None
 
     def short(self) -> str:
-        """"H=2048, I=768, E=128, top-8, 48 layers" (a value no record holds reads "?")."""
+        """"H=2048, I=768, E=128, top-8, 48 layers" (a value no record holds reads "?", and the text says so)."""
+        values = (self.hidden, self.moe_intermediate, self.experts, self.top_k, self.layers)
         return (f"H={_n(self.hidden)}, I={_n(self.moe_intermediate)}, E={_n(self.experts)}, top-{_n(self.top_k)}, "
-                f"{_n(self.layers)} layer{'' if self.layers == 1 else 's'}")
+                f"{_n(self.layers)} layer{'' if self.layers == 1 else 's'}"
+                + (" (?: the record does not hold it)" if None in values else ""))
 
     def routing(self) -> str:
         """"top-2 of 8 experts"."""
