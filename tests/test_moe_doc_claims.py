@@ -15,6 +15,7 @@ from transformers import AutoConfig
 
 from phases.add_moe_model import commit, compat_doc, preflight
 from phases.add_moe_model.model_source import resolve_model_source
+from phases.add_moe_model.records import GapRow
 from phases.add_moe_model.work.config_fields import EXPERT_COUNT_KEYS, TOP_K_KEYS
 from phases.add_moe_model.workspace import EXP
 from tests.conftest import cli
@@ -277,3 +278,31 @@ def test_every_layer_kind_is_named_with_the_phases_that_built_and_checked_it(tar
     for kind in (linear, full):
         assert f"  - {kind[0]}\n    - {kind[1]}\n    - {kind[2]}\n" in doc, doc
         assert f"- {kind[0]}\n  - {kind[1]}\n  - {kind[2]}\n" in message, message
+
+
+@pytest.mark.skipif("trace" not in GapRow.model_fields, reason="the stage trace's gap row (teammate gap) is not here")
+def test_a_stage_trace_row_explains_only_what_it_verified(target):
+    def trace_row(*, verified: bool, first: str, description: str) -> dict[str, Any]:
+        return {"label": "trace", "patch_id": None, "attempt": 1, "max_diff": 3.91e-03, "kl": None,
+                "log": "logs/trace.log", "first_divergence": first, "kernel_verified": verified,
+                "trace": {"status": "traced", "first_divergence": first}, "trace_table": "gap_trace-60.md",
+                "description": description}
+
+    ctx = Ctx(target, answers={"commit": "auto"})
+    routing = ("stage trace (gap_trace-60.md): first divergence at routing: max_diff 1.00e-02, 3 tokens go to other "
+               "experts")
+    ctx.results["gap_analysis"] = {"rows": [*CPU_GAP["rows"][:-1],
+                                            trace_row(verified=False, first="routing", description=routing)]}
+    compat_doc.run(ctx)
+    doc = section((target / compat_doc.DOC).read_text(), "Qwen3-30B-A3B (qwen3_moe)")
+    seq = ctx.seq("gap_analysis") - 1
+    assert f"trace max_diff 3.91e-03 (gap_row, seq {seq}; first divergence: routing; gap_trace-60.md)" in doc, doc
+    assert "its cause: not explained;" in doc
+    assert f"the last stage trace (gap_row, seq {seq}) measured: {routing}" in doc, doc
+    verified = "stage trace (gap_trace-60.md): first divergence at expert outputs: ...; verified kernel difference: ..."
+    ctx.results["gap_analysis"] = {"rows": [*CPU_GAP["rows"][:-1],
+                                            trace_row(verified=True, first="expert outputs", description=verified)]}
+    compat_doc.run(ctx)
+    doc = section((target / compat_doc.DOC).read_text(), "Qwen3-30B-A3B (qwen3_moe)")
+    assert (f"its cause: explained: a kernel difference the stage trace verified (gap_row, seq {seq}; "
+            f"gap_trace-60.md): {verified}") in doc, doc

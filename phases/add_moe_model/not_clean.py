@@ -89,42 +89,78 @@ def numerics_row(results: Results, cited: Cited) -> Caveat:
 
 
 def residual_cause(gap: GapAnalysis | None, cited: Cited) -> Residual:
-    """The residual's cause where a gap-analysis row measured one, else "not explained" with what was measured."""
+    """The residual's cause where a gap-analysis row measured one, else "not explained" with what was measured.
+
+    Explained means what gap analysis itself requires: the latest measurement is max_diff 0.00 (the patches
+    applied name the cause), or a row since the last applied patch verified a kernel difference (the stage
+    trace's verification; in runs from before the trace, the kernel check's numbers).
+    """
     if gap is None or not gap.rows:
         none = f"{NOT_EXPLAINED} (no gap analysis recorded)"
         return Residual(verdict=none, evidence="", brief=none)
-    measured = [r for r in gap.rows if r.label != "+kernel align"]
-    steps = ", ".join(f"{r.label} max_diff {sci(r.max_diff)} ({_row_seq(r, cited)})" for r in measured)
-    evidence = f"gap analysis ({cited.phase('gap_analysis')}; gap_table.md): {steps}"
+    measured = [r for r in gap.rows if r.label != KERNEL_CHECK]
+    evidence = (f"gap analysis ({cited.phase('gap_analysis')}; gap_table.md): "
+                + ", ".join(_step_text(r, cited) for r in measured))
     if measured and measured[-1].max_diff == 0.0:
         patches = ", ".join(r.label for r in measured if r.patch_id) or "no patch"
         return Residual(verdict=f"explained: with {patches} applied max_diff is 0.00", evidence=evidence,
                         brief=f"explained by {patches} ({cited.phase('gap_analysis')})")
-    kernel = next((r for r in gap.rows if _verified_kernel(r)), None)
+    kernel = next((r for r in reversed(_since_last_patch(gap.rows)) if _verified_kernel(r)), None)
     if kernel is not None:
-        same, other = kernel.hf_kernel_on_titan_weights_max_diff, kernel.titan_kernel_on_hf_routing_max_diff
-        return Residual(verdict=(f"explained: a kernel difference, verified as the skill says: HF's experts kernel "
-                                 f"on Titan's weights gives max_diff {sci(same)}, Titan's experts on HF's routing "
-                                 f"{sci(other)} (+kernel align, {_row_seq(kernel, cited)}; log {kernel.log})"),
-                        evidence=evidence, brief=f"a verified kernel difference ({_row_seq(kernel, cited)})")
+        return Residual(verdict=f"explained: {_kernel_text(kernel, cited)}", evidence=evidence,
+                        brief=f"a verified kernel difference ({_row_seq(kernel, cited)})")
     return Residual(verdict=NOT_EXPLAINED, evidence=evidence + _unexplained_detail(gap, cited),
                     brief=f"{NOT_EXPLAINED} ({cited.phase('gap_analysis')})")
 
 
+KERNEL_CHECK = "+kernel align"
+"""The kernel-alignment row of runs from before the stage trace (its max_diff repeats the row before it)."""
+
+
+def _step_text(row: GapRow, cited: Cited) -> str:
+    """"+sorted topk max_diff 3.91e-03 (gap_row, seq 52)"; a stage trace's row adds its first divergence and table."""
+    data = row.as_data()
+    trace = (f"; first divergence: {data.get('first_divergence') or 'none'}; {data.get('trace_table')}"
+             if data.get("trace") else "")
+    return f"{row.label} max_diff {sci(row.max_diff)} ({_row_seq(row, cited)}{trace})"
+
+
+def _since_last_patch(rows: tuple[GapRow, ...]) -> tuple[GapRow, ...]:
+    last = max((i for i, r in enumerate(rows) if r.patch_id), default=0)
+    return rows[last:]
+
+
 def _verified_kernel(row: GapRow) -> bool:
-    """The skill's kernel verification: HF's kernel on Titan's weights gives 0.00 where Titan's kernel does not."""
+    """The skill's kernel verification as the row records it: the stage trace's verdict on a trace row; on a
+    kernel-check row, HF's kernel on Titan's weights at 0.00 where Titan's experts on HF's routing differ."""
+    if row.as_data().get("trace"):
+        return bool(row.kernel_verified)
     return bool(row.kernel_verified and row.hf_kernel_on_titan_weights_max_diff == 0.0
                 and row.titan_kernel_on_hf_routing_max_diff)
 
 
+def _kernel_text(row: GapRow, cited: Cited) -> str:
+    data = row.as_data()
+    if data.get("trace"):
+        return (f"a kernel difference the stage trace verified ({_row_seq(row, cited)}; {data.get('trace_table')}): "
+                f"{row.description}")
+    same, other = row.hf_kernel_on_titan_weights_max_diff, row.titan_kernel_on_hf_routing_max_diff
+    return (f"a kernel difference, verified as the skill says: HF's experts kernel on Titan's weights gives max_diff "
+            f"{sci(same)}, Titan's experts on HF's routing {sci(other)} ({KERNEL_CHECK}, {_row_seq(row, cited)}; "
+            f"log {row.log})")
+
+
 def _unexplained_detail(gap: GapAnalysis, cited: Cited) -> str:
-    """What was measured about a residual no record explains: the kernel check's numbers, a person's waiver."""
+    """What was measured about a residual no record explains: the last stage trace or kernel check, a waiver."""
     parts = []
-    kernel = next((r for r in gap.rows if r.label == "+kernel align"), None)
+    trace = next((r for r in reversed(gap.rows) if r.as_data().get("trace")), None)
+    if trace is not None:
+        parts.append(f"the last stage trace ({_row_seq(trace, cited)}) measured: {trace.description}")
+    kernel = next((r for r in gap.rows if r.label == KERNEL_CHECK), None)
     if kernel is not None and kernel.titan_kernel_on_hf_routing_max_diff is not None:
         same, other = kernel.hf_kernel_on_titan_weights_max_diff, kernel.titan_kernel_on_hf_routing_max_diff
-        parts.append(f"the kernel check (+kernel align, {_row_seq(kernel, cited)}) measured Titan's experts on HF's "
-                     f"routing at max_diff {sci(other)} and HF's kernel on Titan's weights at {sci(same)}; "
+        parts.append(f"the kernel check ({KERNEL_CHECK}, {_row_seq(kernel, cited)}) measured Titan's experts on "
+                     f"HF's routing at max_diff {sci(other)} and HF's kernel on Titan's weights at {sci(same)}; "
                      "no row measured the residual's cause")
     if RESIDUAL_CODE in gap.waived:
         seq = cited.answer(f"waive:gap_analysis:{RESIDUAL_CODE}")
