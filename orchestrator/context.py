@@ -96,6 +96,9 @@ class EngineContext:
         return [{"seq": e["seq"], "ts": e["ts"], "phase": e["phase"], "actor": e["actor"], **e["data"]}
                 for e in self._run.read_events() if e["type"] == "note_added"]
 
+    def events(self, *types: str) -> list[dict[str, Any]]:
+        return [e for e in self._run.read_events() if not types or e["type"] in types]
+
     @property
     def actor(self) -> str:
         """Who this context acts for: "engine", "human" or "agent"."""

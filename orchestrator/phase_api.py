@@ -192,6 +192,12 @@ class PhaseContext(Protocol):
     def notes(self) -> list[dict[str, Any]]:
         """Every note of the run so far, oldest first: {"seq", "ts", "phase", "actor", "kind", "text"}."""
 
+    def events(self, *types: str) -> list[dict[str, Any]]:
+        """Every event of the run so far (only those of ``types`` when given), oldest first, as logged.
+
+        For a phase whose text cites the trail: the seq of the event that recorded each number it states.
+        """
+
     def progress(self, message: str) -> None:
         """Show progress on a terminal (stderr); never recorded."""
 

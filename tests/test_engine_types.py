@@ -103,7 +103,8 @@ def test_the_worker_process_validates_both_sides_by_the_handles_models(toy_repo)
 
 
 @pytest.mark.parametrize(("name", "package", "recorded"), [
-    ("add-moe-model", "add_moe_model", {"model_id"}), ("local-compile-perf", "local_compile_perf", set())])
+    ("add-moe-model", "add_moe_model", {"model_id", "model_name", "model_source"}),  # recorded by start.prepare
+    ("local-compile-perf", "local_compile_perf", set())])
 def test_every_option_a_phase_reads_is_declared(name, package, recorded):
     """An option no model declares is always its default (numerics once read options["seed"] that way)."""
     import re

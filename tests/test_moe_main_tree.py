@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -109,31 +110,64 @@ def test_tree_script_output_is_parsed_and_the_stricter_tier_stands():
     assert tree_scripts.standing({"status": "WARN", "kl": 2e-6}, script)["stands"] == "builtin"
 
 
+def glm5_results(*, core: bool) -> tuple[Any, Any]:
+    """A GLM-5 DSA run's results (WARN, three UNRUN rows, a waiver) and its trail's seqs, as the doc phase reads."""
+    from phases.add_moe_model.cited import Cited
+    from phases.add_moe_model.records import Results
+
+    finding = {"code": "indexer_tp_unsupported", "message": "the DSA indexer needs local tensors under TP",
+               "fix_location": "torchtitan/models/common/attention.py", "severity": "core"}
+    unrun = [{"config": c, "world_size": w, "tp": 1, "ep": 1, "command": "torchrun", "status": "UNRUN",
+              "error": "no GPU here"} for c, w in (("FSDP-1gpu", 1), ("FSDP", 2), ("FSDP+EP", 2))]
+    results = {
+        "probe": {"model_type": "glm_moe_dsa", "score_func": "sigmoid", "top_k": 8, "num_experts": 256,
+                  "route_norm": True, "hidden_size": 6144, "moe_intermediate_size": 2048, "num_hidden_layers": 78,
+                  "shared_experts": "additive", "attention": "mla", "moe_mechanism": "first_k_dense_replace",
+                  "min_layers_needed": 2, "issues": [finding] if core else []},
+        "synthetic_config": {"entry": {"model_type": "glm_moe_dsa", "hidden_size": 6144, "n_routed_experts": 8,
+                                       "num_experts_per_tok": 2, "num_hidden_layers": 2}},
+        "numerics": {"verdict": {"status": "WARN", "kl": 2e-4, "max_diff": 0.1, "cos_sim": 0.99999,
+                                 "roundtrip": {"status": "PASS"}}, "waived": {"raised_in_transformers": "HF's own"}},
+        "parallelism": {"rows": unrun, "build_check": [{"world_size": 2, "tp": 1, "ep": 2, "status": "PASS"}],
+                        "gpus": 0, "fsdp": {}, "torch_compat": {}}}
+    waiver = {"key": "waive:numerics:raised_in_transformers"}
+    trail = [{"seq": 0, "type": "answer_accepted", "phase": None, "data": waiver},
+             *({"seq": seq, "type": "phase_completed", "phase": phase, "data": {"outcome": "passed"}}
+               for seq, phase in enumerate(results, start=1))]
+    return Results.model_validate(results), Cited.from_events("r", trail)
+
+
 def test_doc_update_on_main_replaces_the_models_row_and_section_and_keeps_the_others(main_snapshot):
     from orchestrator.context import render_template
 
+    def render(template: str, **values: Any) -> str:
+        return render_template("add_moe_model", template, **values)
+
     before = (main_snapshot / DOC).read_text()
-    values = {"name": "GLM-5-DSA", "model_type": "glm_moe_dsa", "status": "WARN", "kl": 2e-4, "max_diff": 0.1,
-              "cos_sim": 0.99999, "roundtrip": "PASS", "fsdp": "UNRUN (1 GPU) / UNRUN (2 GPUs)",
-              "fsdp_ep": "UNRUN (2 GPUs)",
-              "torchrun": "FSDP-1gpu UNRUN (1 GPU), FSDP UNRUN (2 GPUs), FSDP+EP UNRUN (2 GPUs)",
-              "caveats": ["numerics WARN", "parallelism rows 3 UNRUN", "waived by a person: raised_in_transformers"],
-              "row_causes": ["torchrun FSDP-1gpu (1 GPU), FSDP (2 GPUs), FSDP+EP (2 GPUs): UNRUN: no GPU here"],
-              "build_check": "2:PASS", "core_issues": [], "gap_rows": [],
-              "waived": [{"phase": "numerics", "code": "raised_in_transformers", "reason": "HF's own bf16 path"}],
-              "probe": {"score_func": "sigmoid", "top_k": 2, "num_experts": 8, "route_norm": True, "hidden_size": 64,
-                        "moe_intermediate_size": 32, "shared_experts": "additive", "attention": "mla",
-                        "moe_mechanism": "first_k_dense_replace", "min_layers_needed": 2}}
-    after = compat_doc.update_doc(before, values, render=lambda t, **v: render_template("add_moe_model", t, **v))
+    results, cited = glm5_results(core=False)
+    values = compat_doc.collect_values(results, options={"model_id": "zai-org/GLM-5"}, cited=cited)
+    after = compat_doc.update_doc(before, values, render=render)
     for model_type in UPSTREAM_TYPES:
         assert after.count(f"| {model_type} |") == 1, model_type
     assert after.count("(glm_moe_dsa)") == 1 and "| GLM-5 (DSA) | glm_moe_dsa | WARN | 2.00e-04 |" in after
-    assert "| GLM-5 DSA | PASS | PASS |" in after and "GLM-5-DSA" not in after
+    assert "| GLM-5 DSA | PASS | PASS |" in after and "### GLM-5 (glm_moe_dsa)" not in after
     assert "torchrun FSDP-1gpu UNRUN (1 GPU), FSDP UNRUN (2 GPUs)" in after
     assert "- Not a clean pass: numerics WARN; parallelism rows 3 UNRUN; waived by a person" in after
-    assert 'numerics raised_in_transformers ("HF\'s own bf16 path")' in after
+    assert '  - waived by a person: numerics raised_in_transformers: "HF\'s own" (answer, seq 0)' in after
+    assert "top-2 of 8 experts measured (synthetic entry), top-8 of 256 experts in the real model" in after
     untouched = [line for line in before.splitlines() if "glm_moe_dsa" not in line and "GLM-5" not in line]
     assert all(line in after.splitlines() for line in untouched if line.startswith("| "))
+    core = "## Core Changes Needed for Full Support"
+    assert after[after.index(core):] == before[before.index(core):]  # Gemma4's entries, nothing of ours
+    results, cited = glm5_results(core=True)
+    values = compat_doc.collect_values(results, options={"model_id": "zai-org/GLM-5"}, cited=cited)
+    with_core = compat_doc.update_doc(after, values, render=render)
+    entry = with_core[with_core.index(core):]
+    assert "### GLM-5 (DSA) (glm_moe_dsa)" in entry and "indexer_tp_unsupported" in entry
+    assert "### Configurable expert activation (for Gemma4)" in entry
+    results, cited = glm5_results(core=False)
+    values = compat_doc.collect_values(results, options={"model_id": "zai-org/GLM-5"}, cited=cited)
+    assert compat_doc.update_doc(with_core, values, render=render) == after
 
 
 def test_gap_recipes_apply_to_mains_core_files(main_snapshot, tmp_path):

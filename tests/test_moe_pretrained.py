@@ -121,6 +121,7 @@ def test_the_trees_pretrained_script_output_is_parsed_by_the_checkpoint_name():
 
 def test_the_compat_doc_section_shows_the_pretrained_result():
     from orchestrator.context import render_template
+    from phases.add_moe_model.cited import Cited
 
     results = {"probe": {"model_type": "qwen3_moe", "issues": [], "score_func": "softmax", "top_k": 2,
                          "num_experts": 8, "route_norm": True, "hidden_size": 2048, "moe_intermediate_size": 768,
@@ -132,12 +133,13 @@ def test_the_compat_doc_section_shows_the_pretrained_result():
     def render(template, **values):
         return render_template("add_moe_model", template, **values)
 
-    values = compat_doc.collect_values(Results.model_validate(results), model_id="Qwen/Qwen3-30B-A3B")
+    options, cited = {"model_id": "Qwen/Qwen3-30B-A3B"}, Cited(run_id="r")
+    values = compat_doc.collect_values(Results.model_validate(results), options=options, cited=cited)
     text = compat_doc.update_doc(render("compat_doc_skeleton.md.j2"), values, render=render)
     assert "- Pretrained weights (ck, hidden 64): PASS KL=3.10e-07 cos=0.990000 max_diff=1.00e-01" in text
     without = compat_doc.collect_values(
         Results.model_validate({**results, "numerics": {"verdict": results["numerics"]["verdict"]}}),
-        model_id="Qwen/Qwen3-30B-A3B")
+        options=options, cited=cited)
     text = compat_doc.update_doc(render("compat_doc_skeleton.md.j2"), without, render=render)
     assert "- Pretrained weights: not run (no --weights)" in text
     assert json.dumps(values["pretrained"])

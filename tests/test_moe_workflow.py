@@ -64,9 +64,14 @@ def test_qwen3_runs_to_a_commit_inside_the_experiment_folder(qwen_run, moe_state
     assert files and all(f.startswith(EXP) for f in files), files
     message = repo.head.commit.message
     assert message.startswith("Add Qwen3-30B-A3B to transformers MoE backend")
-    assert "(H=2048, I=768, E=8)" in message
+    assert ": H=2048, I=768, E=8, top-2, 1 layer\n" in message  # the synthetic entry, beside the real model's
     assert cli("audit", status["run_id"], state_dir=moe_state).returncode == 0
     trail = events(moe_state, status["run_id"])
+    probe = next(e for e in trail if e["type"] == "phase_completed" and e["phase"] == "probe")
+    real = probe["data"]["data"]
+    assert (f"- real model (Qwen/Qwen3-30B-A3B's published config, bundled registry; probe, seq {probe['seq']}): "
+            f"H={real['hidden_size']}, I={real['moe_intermediate_size']}, E={real['num_experts']}, "
+            f"top-{real['top_k']}, {real['num_hidden_layers']} layers\n") in message, message
     assert trail[-1]["type"] == "run_finished"
 
 

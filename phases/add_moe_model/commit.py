@@ -17,10 +17,13 @@ import subprocess
 
 from orchestrator.git import changed_paths, open_repo
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
-from phases.add_moe_model.caveats import caveat_lines, summary_caveat
-from phases.add_moe_model.work.config_fields import entry_expert_count
+from phases.add_moe_model.cited import EVENT_TYPES, Cited
+from phases.add_moe_model.layer_kinds_text import layer_kind_lines
 from phases.add_moe_model.measured_tree import check_measured
-from phases.add_moe_model.records import CommitRecord, Numerics, Preflight, Probe, Results, Synthetic
+from phases.add_moe_model.model_numbers import real_numbers, synthetic_numbers
+from phases.add_moe_model.model_source import model_name
+from phases.add_moe_model.not_clean import not_clean_rows, summary_suffix
+from phases.add_moe_model.records import CommitRecord, Preflight, Results
 from phases.add_moe_model.workspace import EXP
 
 PRE_COMMIT_CONFIG = ".pre-commit-config.yaml"
@@ -44,12 +47,14 @@ def run(ctx: PhaseContext) -> PhaseResult:
     if lint["status"] == "FAIL":
         return PhaseResult(outcome="needs_agent", summary="pre-commit failed on the changed files", data={"lint": lint},
                            issues=(Issue(code="pre_commit_failed", message=lint["output_tail"], fix_location=EXP),))
-    caveat = summary_caveat(Results.model_validate(ctx.results))
+    results = Results.model_validate(ctx.results)
+    cited = Cited.from_events(ctx.run_id, ctx.events(*EVENT_TYPES))
+    caveat = summary_suffix(results, cited)
     if not ctx.answers.get("commit") == "auto":
         return PhaseResult(outcome="passed",
                            summary=f"{len(files)} file(s) left uncommitted for review (pre-flight: never){caveat}",
                            data={"lint": lint, "files": files, "committed": False})
-    message = ctx.render("commit_message.txt.j2", **message_values(ctx))
+    message = ctx.render("commit_message.txt.j2", **message_values(results, ctx.options, cited))
     commit = make_commit(ctx, files, message)
     if isinstance(commit, PhaseResult):
         return commit
@@ -73,16 +78,16 @@ def run_pre_commit(ctx: PhaseContext, files: list[str]) -> dict[str, str]:
     return {"status": "PASS" if done.returncode == 0 else "FAIL", "log": log, "output_tail": tail, "reason": ""}
 
 
-def message_values(ctx: PhaseContext) -> dict[str, object]:
-    probe, verdict = ctx.result("probe", Probe), ctx.result("numerics", Numerics).verdict
-    entry = ctx.result("synthetic_config", Synthetic).entry
-    # An entry without an expert key keeps the config's default, which synthetic_config checked is 8.
-    experts = entry_expert_count(entry) or 8
-    return {"model_name": ctx.options["model_id"].split("/")[-1].removeprefix("type:"),
-            "hidden_size": entry.get("hidden_size", probe.hidden_size),
-            "moe_intermediate_size": entry.get("moe_intermediate_size", probe.moe_intermediate_size),
-            "experts": experts, "kl": verdict.kl, "max_diff": verdict.max_diff,
-            "caveats": caveat_lines(Results.model_validate(ctx.results))}
+def message_values(results: Results, options: dict[str, object], cited: Cited) -> dict[str, object]:
+    """The commit message's values: the model's name, both sets of numbers and the verdict, each with its seq."""
+    assert results.numerics is not None
+    verdict = results.numerics.verdict
+    real = real_numbers(results, dict(options), cited)
+    return {"model_name": model_name(dict(options)), "run_id": cited.run_id,
+            "synthetic": synthetic_numbers(results, cited).as_data(), "real": real.as_data() if real else None,
+            "status": verdict.status, "kl": verdict.kl, "max_diff": verdict.max_diff,
+            "numerics_seq": cited.phase("numerics"), "layer_kinds": layer_kind_lines(results, cited),
+            "not_clean": [row.line() for row in not_clean_rows(results, cited)]}
 
 
 def make_commit(ctx: PhaseContext, files: list[str], message: str) -> CommitRecord | PhaseResult:

@@ -76,3 +76,36 @@ def find_heading(text: str, *, section: str, suffix: str) -> str | None:
     found = [lines[i].strip() for i in range(start, end)
              if lines[i].startswith("### ") and lines[i].strip().endswith(suffix)]
     return found[0] if len(found) == 1 else None
+
+
+def has_section(text: str, section: str) -> bool:
+    return any(line.strip() == f"## {section}" for line in text.split("\n"))
+
+
+def append_section(text: str, section: str) -> str:
+    """``text`` with an empty ``## section`` at its end (for a subsection to go into at once)."""
+    return text.rstrip("\n") + f"\n\n## {section}\n"
+
+
+def remove_subsection(text: str, *, section: str, heading: str) -> str:
+    """``text`` without ``heading`` and its body inside ``section`` (unchanged when it has none)."""
+    lines = text.split("\n")
+    start, end = _section_bounds(lines, section)
+    at = next((i for i in range(start, end) if lines[i].strip() == heading), None)
+    if at is None:
+        return text
+    stop = next((i for i in range(at + 1, end) if lines[i].startswith("### ")), end)
+    del lines[at:stop]
+    return "\n".join(lines)
+
+
+def drop_empty_section(text: str, section: str) -> str:
+    """``text`` without ``## section`` when nothing but blank lines sits under it: no heading without content."""
+    lines = text.split("\n")
+    start, end = _section_bounds(lines, section)
+    if any(line.strip() for line in lines[start + 1:end]):
+        return text
+    if end < len(lines):
+        del lines[start:end]
+        return "\n".join(lines)
+    return "\n".join(lines[:start]).rstrip("\n") + "\n"

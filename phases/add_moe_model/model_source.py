@@ -43,6 +43,10 @@ class ModelSource(BaseModel):
     """Config kwargs (registry) or the parsed config.json (config_file)."""
     path: str | None = None
     """Absolute path of the config.json for kind config_file."""
+    name: str = ""
+    """The model's name in the branch, MODEL_COMPATIBILITY.md and the commit message (``model_name``)."""
+    name_source: str = ""
+    """Where ``name`` was read: "registry id", "hub id", "type:", or for a config.json the field or folder."""
 
 
 def resolve_model_source(text: str) -> ModelSource:
@@ -59,13 +63,12 @@ def resolve_model_source(text: str) -> ModelSource:
         return _model_type_source(text.removeprefix("type:").strip())
     entry = find_registry_entry(text)
     if entry is not None:
-        return ModelSource(
-            kind="registry", model_id=entry.hf_id, model_type=entry.model_type, config=entry.config
-        )
+        return ModelSource(kind="registry", model_id=entry.hf_id, model_type=entry.model_type, config=entry.config,
+                           name=last_segment(entry.hf_id), name_source="registry id")
     if _looks_like_path(text):
         return _config_file_source(Path(text).expanduser())
     if _HUB_ID.match(text):
-        return ModelSource(kind="hub", model_id=text)
+        return ModelSource(kind="hub", model_id=text, name=last_segment(text), name_source="hub id")
     raise ModelSourceError(
         f"MODEL {text!r} is not a registry id, an existing path, a hub id (owner/name) "
         "or type:<model_type>"
@@ -81,7 +84,8 @@ def _model_type_source(model_type: str) -> ModelSource:
         raise ModelSourceError(
             f"type:{model_type!r} is not a transformers model_type (lowercase, digits, '_', '-')"
         )
-    return ModelSource(kind="model_type", model_id=f"type:{model_type}", model_type=model_type)
+    return ModelSource(kind="model_type", model_id=f"type:{model_type}", model_type=model_type, name=model_type,
+                       name_source="type:")
 
 
 def _config_file_source(path: Path) -> ModelSource:
@@ -94,10 +98,40 @@ def _config_file_source(path: Path) -> ModelSource:
         raise ModelSourceError(f"{file}: not valid JSON ({exc})") from exc
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ModelSourceError(f"{file}: no string 'model_type' at the top level")
+    name, name_source = config_file_name(config, file.resolve())
     return ModelSource(
         kind="config_file",
         model_id=str(file.resolve()),
         model_type=config["model_type"],
         config=config,
         path=str(file.resolve()),
+        name=name,
+        name_source=name_source,
     )
+
+
+def config_file_name(config: dict[str, Any], file: Path) -> tuple[str, str]:
+    """A config.json model's name and where it was read: the config's ``_name_or_path``, its first
+    ``architectures`` entry, the folder holding the file, else its ``model_type`` (never "config.json")."""
+    named = config.get("_name_or_path")
+    if isinstance(named, str) and last_segment(named) not in ("", ".", ".."):
+        return last_segment(named), "config _name_or_path"
+    architectures = config.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0], "config architectures[0]"
+    if file.parent.name:
+        return file.parent.name, "folder of the config.json"
+    return config["model_type"], "config model_type"
+
+
+def last_segment(name: str) -> str:
+    """"Qwen3-30B-A3B" of "Qwen/Qwen3-30B-A3B" or of "/models/Qwen3-30B-A3B/"."""
+    return name.rstrip("/").split("/")[-1].strip()
+
+
+def model_name(options: dict[str, Any]) -> str:
+    """The run's model name as start recorded it; runs from before it was recorded: the id's last segment."""
+    recorded = options.get("model_name")
+    if recorded:
+        return str(recorded)
+    return last_segment(str(options.get("model_id") or options.get("model") or "model")).removeprefix("type:")

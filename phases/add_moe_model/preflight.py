@@ -10,6 +10,7 @@ import re
 
 from orchestrator.git import open_repo
 from orchestrator.phase_api import PhaseContext, PhaseResult, Question
+from phases.add_moe_model.model_source import model_name
 
 BRANCH_PATTERN = r"^(current|new(:[A-Za-z0-9._/-]+)?)$"
 QUESTIONS = (
@@ -36,7 +37,7 @@ def checkout_branch(ctx: PhaseContext, choice: str) -> str:
     repo = open_repo(ctx.target)
     if choice == "current":
         return "(detached)" if repo.head.is_detached else repo.active_branch.name
-    name = choice.partition(":")[2] or default_branch_name(str(ctx.options.get("model", "model")))
+    name = choice.partition(":")[2] or default_branch_name(model_name(ctx.options))
     if repo.head.is_detached or repo.active_branch.name != name:
         if name in [h.name for h in repo.heads]:
             repo.git.checkout(name)
@@ -45,6 +46,7 @@ def checkout_branch(ctx: PhaseContext, choice: str) -> str:
     return name
 
 
-def default_branch_name(model: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", model.split("/")[-1].removeprefix("type:")).strip("-").lower()
+def default_branch_name(name: str) -> str:
+    """``add-moe/<name>`` for the run's model name (``model_source.model_name``), lower-case, git-safe."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.").lower()
     return f"add-moe/{slug or 'model'}"

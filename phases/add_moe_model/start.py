@@ -44,7 +44,8 @@ def prepare(options: Any, state_dir: str, *, runner: Runner = FRESH) -> Prepared
     chosen = (("branch", options.branch), ("commit", options.commit), ("unrun_rows", options.unrun_rows))
     answers = {k: v for k, v in chosen if v}
     recorded = {**options.model_dump(), **slurm, "target": str(target), "model_id": source.model_id,
-                "model_type": source.model_type, "embedded": embedded,
+                "model_type": source.model_type, "model_source": source.kind, "model_name": source.name,
+                "model_name_source": source.name_source, "embedded": embedded,
                 "weights": weights.path if weights else None}
     return Prepared(target=str(target), options=recorded, answers=answers)
 
