@@ -213,6 +213,7 @@ def submission_context(run: OpenRun, workflow: Workflow, kind: str, *, actor: st
     if run.state["phase"] != row.phase:
         raise UsageError(f"{row.noun or kind} are accepted only in phase {row.phase}; run {run.run_id} is in "
                          f"{run.state['phase']}")
+    clear_dead_git_locks(run)
     return phase_context(run, workflow, phase=row.phase, progress=progress, actor=actor), row
 
 
@@ -225,6 +226,7 @@ def refuse_terminal(state: dict[str, Any]) -> None:
 def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None,
                    runner: Runner = FRESH) -> Outcome:
     """Run phases of a run whose lock the caller holds (``advance``, ``resume``, ``submit``)."""
+    clear_dead_git_locks(run)
     messages: list[str] = []
     done = 0
     while True:
@@ -285,7 +287,6 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
     if interrupted:
         action = "reconcile" if callable(getattr(module, "reconcile", None)) else "rerun"
         run.append(ev.PhaseInterrupted(attempt=run.state["attempts"].get(name, 0), action=action), phase=name)
-        _clear_git_locks_of_the_dead_command(run, name)
     attempt = run.state["attempts"].get(name, 0) + 1
     run.append(ev.PhaseStarted(attempt=attempt), phase=name)
     run.flush()
@@ -311,14 +312,17 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
     return name, attempt, result
 
 
-def _clear_git_locks_of_the_dead_command(run: OpenRun, name: str) -> None:
-    """A command killed mid-``git`` leaves ``index.lock`` behind; the redone phase's git writes would fail on it."""
-    from orchestrator.git import clear_stale_index_locks
+def clear_dead_git_locks(run: OpenRun) -> None:
+    """A command killed mid-``git`` (a guard's ``git status``, a revert's ``checkout``) leaves a lock behind, whatever
+    phase it was in or between; every later git write in the target would fail on it. Called under the run's lock
+    before anything of the run touches git."""
+    from orchestrator.git import clear_dead_git_locks as clear
 
-    removed = clear_stale_index_locks(run.state["target"])
+    removed = clear(run.state["target"])
     if removed:
-        run.append(ev.NoteAdded(kind="engine", text="removed the git lock(s) the interrupted command left: "
-                                                    + ", ".join(removed)), phase=name)
+        run.append(ev.NoteAdded(kind="engine", text="removed the git lock(s) a command that died left (no live "
+                                                    "process holds them): " + ", ".join(removed)),
+                   phase=run.state["phase"] or None)
 
 
 def _complete(run: OpenRun, name: str, attempt: int, result: Any) -> None:

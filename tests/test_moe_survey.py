@@ -110,23 +110,82 @@ def test_bad_models_exit_2_and_write_nothing(tmp_path):
     assert not (tmp_path / "state").exists()
 
 
-def test_kill_9_then_the_same_command_keeps_finished_rows_and_continues_the_run(tmp_path):
+class KillWatch:
+    """What one survey invocation has done so far: the in-flight run's new events and its target's git locks."""
+
+    def __init__(self, state: Path, run_id: str) -> None:
+        self.trail = state / "runs" / run_id / "events.jsonl"
+        self.target = Path(json.loads((state / "runs" / run_id / "run.json").read_text())["target"])
+        self.offset, self.started_at, self.new = self.trail.stat().st_size, time.monotonic(), []
+
+    def poll(self) -> None:
+        with self.trail.open("rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        self.new += [(time.monotonic(), json.loads(line)) for line in complete.splitlines() if line.strip()]
+
+    def seen(self, kind: str, phase: str | None = None, *, after_s: float = 0.0) -> bool:
+        return any(e["type"] == kind and phase in (None, e["phase"]) and time.monotonic() - t >= after_s
+                   for t, e in self.new)
+
+    def git_lock(self) -> bool:
+        return any((self.target / ".git").glob("*.lock"))
+
+    def where(self) -> str:
+        last = self.new[-1][1] if self.new else None
+        return f"after seq {last['seq']} {last['type']} ({last['phase']})" if last else "before any new event"
+
+
+# Each invocation is SIGKILLed when its point is reached; the next one continues the same run. The points cover a
+# git write cut mid-way outside any phase (the guards' `git status`, the flake seen on e2697a0), each phase boundary,
+# a worker mid-phase, a temporary core patch applied, and the reconcile's revert cut mid-git.
+KILL_POINTS = (
+    ("a guard's git status holds index.lock, before pre-flight",
+     lambda w: w.git_lock() or w.seen("phase_started", "preflight")),
+    ("probe starts", lambda w: w.seen("phase_started", "probe")),
+    ("numerics' worker runs", lambda w: w.seen("phase_started", "numerics", after_s=1.5)),
+    ("gap analysis measures a temporary core patch", lambda w: w.seen("patch_applied")),
+    ("the reconcile's revert holds index.lock", lambda w: w.seen("phase_interrupted") and w.git_lock()),
+    ("gap analysis mid-way, its reconcile done", lambda w: w.seen("patch_applied", after_s=4.0)),
+    ("parallelism starts", lambda w: w.seen("phase_started", "parallelism")),
+)
+
+
+def test_a_survey_killed_at_every_point_keeps_finished_rows_and_continues_the_run(tmp_path):
     command = [sys.executable, "-m", "orchestrator.cli", "survey", "add-moe-model", "--models", "youtu,qwen3_moe",
                "--device", "cpu", "--state-dir", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
-    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             start_new_session=True)
     saved = tmp_path / "out" / "survey.json"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not (saved.is_file() and json.loads(saved.read_text()).get("in_flight")):
-        time.sleep(0.2)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
-    before = json.loads(saved.read_text())
-    assert [r["model_type"] for r in before["rows"]] == ["youtu"] and list(before["in_flight"]) == ["qwen3_moe"]
+    landed = []
+    for name, reached in KILL_POINTS:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        watch = None
+        while proc.poll() is None:
+            if watch is None and saved.is_file() and json.loads(saved.read_text()).get("in_flight"):
+                watch = KillWatch(tmp_path / "state", json.loads(saved.read_text())["in_flight"]["qwen3_moe"])
+            if watch is not None:
+                watch.poll()
+                if reached(watch):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    landed.append(f"{name}: killed {time.monotonic() - watch.started_at:.1f} s in, {watch.where()}")
+                    break
+            time.sleep(0.001)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, (f"the survey ended before {name}", landed,
+                                                    proc.stderr.read().decode()[-3000:])
+        before = json.loads(saved.read_text())
+        assert [r["model_type"] for r in before["rows"]] == ["youtu"] and list(before["in_flight"]) == ["qwen3_moe"]
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:] + saved.read_text()[-3000:]
+    assert again.returncode == 0, "\n".join(landed) + again.stderr[-3000:] + saved.read_text()[-3000:]
     assert "1 already surveyed" in again.stderr and "[2/2] qwen3_moe" in again.stderr and "ETA" in again.stderr
     after = {r["model_type"]: r for r in json.loads(saved.read_text())["rows"]}
     assert after["youtu"] == before["rows"][0]
     assert after["qwen3_moe"]["run_id"] == before["in_flight"]["qwen3_moe"]
-    assert after["qwen3_moe"]["outcome"] != "error"
+    assert after["qwen3_moe"]["outcome"] == "clean", ("\n".join(landed), after["qwen3_moe"])
+    run_id = after["qwen3_moe"]["run_id"]
+    assert cli("audit", run_id, state_dir=tmp_path / "state", timeout=300).returncode == 0
+    trail = (tmp_path / "state" / "runs" / run_id / "events.jsonl").read_text().splitlines()
+    redone = {e["phase"] for e in map(json.loads, trail) if e["type"] == "phase_interrupted"}
+    assert {"probe", "numerics", "gap_analysis", "parallelism"} <= redone, ("\n".join(landed), redone)
