@@ -80,11 +80,26 @@ def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor:
     store.create_run(run_id, ev.RunStarted(
         workflow=workflow.name, target=str(Path(prepared.target).resolve()),
         options=json_safe(prepared.options), base=base, initial_phase=workflow.initial))
-    if prepared.answers:
-        with store.open_run(run_id) as run:
+    with store.open_run(run_id) as run:
+        if prepared.answers:
             run.append_many([ev.AnswerAccepted(key=key, value=value) for key, value in prepared.answers.items()],
                             actor="human")
+        ask_known_questions(run, workflow)
     return Outcome(run_id=run_id, state=store.read_state(run_id), exit_code=EXIT_OK)
+
+
+def ask_known_questions(run: OpenRun, workflow: Workflow) -> None:
+    """Ask the questions the run's current phase asks whatever it finds (``PhaseSpec.asks``) and nobody answered:
+    known before the phase runs, they wait for a person now rather than after the next advance."""
+    phase = run.state["phase"]
+    if phase == DONE:
+        return
+    answered = set(run.state["answers"]) | {q["key"] for q in run.state["pending"]}
+    asked = [ev.QuestionAsked(key=q.key, prompt=q.prompt, choices=list(q.choices) if q.choices else None,
+                              answer_schema=q.schema, human_only=q.human_only)
+             for q in workflow.phase(phase).asks if q.key not in answered]
+    if asked:
+        run.append_many(asked, phase=phase)
 
 
 def _refuse_human_options(workflow: Workflow, raw_options: dict[str, Any], *, actor: str) -> None:
@@ -388,6 +403,7 @@ def _take_route(run: OpenRun, workflow: Workflow, route: str) -> bool:
         return False
     getattr(model, f"route_{route}")()
     run.append(ev.TransitionTaken(source=source, dest=model.state, trigger=f"route_{route}"), phase=source)
+    ask_known_questions(run, workflow)
     return True
 
 

@@ -299,3 +299,77 @@ def test_file_tool_refusals_are_tool_errors_that_say_nothing_changed(agent_env: 
     assert answers["apply_diff"]["message"].startswith("diff NOT applied: "), answers
     assert (toy_repo / "allowed" / "twice.txt").read_text() == "ok\nok\n"
     assert (toy_repo / "a.txt").read_text() == "hello\n"
+
+
+PARSE_TOY_REF = f"{AGENT_TOY_REF},parsetoy=tests.toyflow.parseflow:WORKFLOW"
+
+
+def test_parallel_advances_on_four_runs_over_one_server_all_complete(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    """Seen by a new user: two advances at once crashed one with "SystemError: AST constructor recursion depth
+    mismatch" (the guard's ast.parse in two threads of the server). Each phase here reads a large file's AST as the
+    guard does; in threads of one process one of the four would crash."""
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+    from tests.conftest import make_repo
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", PARSE_TOY_REF)
+    store = RunStore(tmp_path / "state")
+    runs = []
+    for index in range(4):
+        make_repo(tmp_path / f"target-{index}", {"a.txt": "hello\n"})
+        runs.append(engine.start("parsetoy", {"target": str(tmp_path / f"target-{index}")}, store=store).run_id)
+
+    async def scenario() -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = []
+        async with Client(build_server(store)) as client:
+            async def advance(run_id: str) -> None:
+                answers.append(answer_of(await client.call_tool("advance", {"run_id": run_id})))
+
+            async with anyio.create_task_group() as group:
+                for run_id in runs:
+                    group.start_soon(advance, run_id)
+        return answers
+
+    answers = anyio.run(scenario)
+    assert [a["data"]["status"] for a in answers] == ["done"] * 4, answers
+    for run_id in runs:
+        assert cli("audit", run_id, state_dir=tmp_path / "state").returncode == 0
+
+
+def test_a_person_answers_the_preflight_questions_right_after_start_run(tmp_path: Path) -> None:
+    """Seen by a new user: right after start_run, explain listed "pre-flight question 'branch' unanswered", yet
+    `orchestrator resume RUN --answer branch=new` said "no pending question 'branch'" (exit 2) until the agent's
+    first advance. Questions known at start are asked at start: explain and the CLI list the same ones, and a
+    person's answer is taken at once; they stay a person's."""
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    state = tmp_path / "state"
+    store = RunStore(state)
+
+    async def scenario() -> str:
+        async with Client(build_server(store)) as client:
+            options = {"model": "type:qwen3_moe", "device": "cpu", "torchrun_rows": "skip"}
+            run_id = (await call(client, "start_run", workflow="add-moe-model", options=options))["data"]["run_id"]
+            explained = (await call(client, "explain", run_id=run_id))["data"]
+            keys = [q["key"] for q in explained["pending"]]
+            assert keys == ["branch", "commit"] and all("a human only" in q["who"] for q in explained["pending"])
+            assert [q["key"] for q in json.loads(cli("status", run_id, "--json", state_dir=state).stdout)["pending"]
+                    ] == keys
+            assert all(any(f"'{k}'" in reason for k in keys) for reason in explained["blocking_next_phase"])
+            refused = await call(client, "answer", run_id=run_id, key="branch", value="current")
+            assert refused["status"] == "refused" and "waiting for a human" in refused["message"]
+            answered = cli("resume", run_id, "--answer", "branch=new", "--answer", "commit=never", "--no-advance",
+                           state_dir=state)
+            assert answered.returncode == 0, answered.stderr
+            explained = (await call(client, "explain", run_id=run_id))["data"]
+            assert explained["pending"] == [] and explained["blocking_next_phase"] == []
+            assert explained["why"] == "phase preflight is ready to run; call advance"
+            return run_id
+
+    run_id = anyio.run(scenario)
+    assert store.read_state(run_id)["answers"] == {"branch": "new", "commit": "never"}
+    assert cli("audit", run_id, state_dir=state).returncode == 0
