@@ -138,54 +138,67 @@ class KillWatch:
         return f"after seq {last['seq']} {last['type']} ({last['phase']})" if last else "before any new event"
 
 
-# Each invocation is SIGKILLed when its point is reached; the next one continues the same run. The points cover a
-# git write cut mid-way outside any phase (the guards' `git status`, the flake seen on e2697a0), each phase boundary,
-# a worker mid-phase, a temporary core patch applied, and the reconcile's revert cut mid-git.
+# Each invocation is SIGKILLed when its point is reached; the next one continues the same run. qwen3_moe's first
+# point is the flake seen on e2697a0: a kill while the guards' `git status` held index.lock, before any phase started;
+# its next invocation must then run the whole gap analysis (whose revert writes git) before its own kill. Then an
+# applied temporary core patch, the reconcile's revert cut mid-git, each phase boundary and a worker mid-phase.
 KILL_POINTS = (
-    ("a guard's git status holds index.lock, before pre-flight",
+    ("qwen3_moe", "a guard's git status holds index.lock, before pre-flight",
      lambda w: w.git_lock() or w.seen("phase_started", "preflight")),
-    ("probe starts", lambda w: w.seen("phase_started", "probe")),
-    ("numerics' worker runs", lambda w: w.seen("phase_started", "numerics", after_s=1.5)),
-    ("gap analysis measures a temporary core patch", lambda w: w.seen("patch_applied")),
-    ("the reconcile's revert holds index.lock", lambda w: w.seen("phase_interrupted") and w.git_lock()),
-    ("gap analysis mid-way, its reconcile done", lambda w: w.seen("patch_applied", after_s=4.0)),
-    ("parallelism starts", lambda w: w.seen("phase_started", "parallelism")),
+    ("qwen3_moe", "gap analysis has reverted its patches, before it completed",
+     lambda w: w.seen("patch_reverted") or w.seen("phase_started", "parallelism")),
+    ("qwen3_moe", "gap analysis measures a temporary core patch",
+     lambda w: w.seen("patch_applied") or w.seen("phase_started", "parallelism")),
+    ("qwen3_moe", "the reconcile's revert holds index.lock",
+     lambda w: w.seen("phase_interrupted") and w.git_lock() or w.seen("phase_started", "parallelism")),
+    ("qwen3_moe", "parallelism starts", lambda w: w.seen("phase_started", "parallelism")),
+    ("qwen2_moe", "probe starts", lambda w: w.seen("phase_started", "probe")),
+    ("qwen2_moe", "numerics' worker runs", lambda w: w.seen("phase_started", "numerics", after_s=2.0)),
+    ("qwen2_moe", "parallelism starts", lambda w: w.seen("phase_started", "parallelism")),
 )
 
 
 def test_a_survey_killed_at_every_point_keeps_finished_rows_and_continues_the_run(tmp_path):
-    command = [sys.executable, "-m", "orchestrator.cli", "survey", "add-moe-model", "--models", "youtu,qwen3_moe",
+    command = [sys.executable, "-m", "orchestrator.cli", "survey", "add-moe-model", "--models", "qwen3_moe,qwen2_moe",
                "--device", "cpu", "--state-dir", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
     saved = tmp_path / "out" / "survey.json"
-    landed = []
-    for name, reached in KILL_POINTS:
+    landed, rows = [], {}
+    for model_type, name, reached in KILL_POINTS:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
         watch = None
         while proc.poll() is None:
-            if watch is None and saved.is_file() and json.loads(saved.read_text()).get("in_flight"):
-                watch = KillWatch(tmp_path / "state", json.loads(saved.read_text())["in_flight"]["qwen3_moe"])
+            in_flight = json.loads(saved.read_text()).get("in_flight", {}) if saved.is_file() else {}
+            if watch is None and model_type in in_flight:
+                watch = KillWatch(tmp_path / "state", in_flight[model_type])
             if watch is not None:
                 watch.poll()
                 if reached(watch):
                     os.killpg(proc.pid, signal.SIGKILL)
-                    landed.append(f"{name}: killed {time.monotonic() - watch.started_at:.1f} s in, {watch.where()}")
+                    landed.append(f"{model_type}, {name}: killed {time.monotonic() - watch.started_at:.1f} s in, "
+                                  f"{watch.where()}")
                     break
             time.sleep(0.001)
         proc.wait()
-        assert proc.returncode == -signal.SIGKILL, (f"the survey ended before {name}", landed,
-                                                    proc.stderr.read().decode()[-3000:])
+        assert proc.returncode == -signal.SIGKILL, (f"the survey ended before {model_type}: {name}", landed,
+                                                    proc.stderr.read().decode()[-3000:], saved.read_text())
         before = json.loads(saved.read_text())
-        assert [r["model_type"] for r in before["rows"]] == ["youtu"] and list(before["in_flight"]) == ["qwen3_moe"]
+        assert list(before["in_flight"]) == [model_type]
+        assert {r["model_type"]: r for r in before["rows"]} == rows or not rows  # finished rows stay as they were
+        rows = {r["model_type"]: r for r in before["rows"]}
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, "\n".join(landed) + again.stderr[-3000:] + saved.read_text()[-3000:]
-    assert "1 already surveyed" in again.stderr and "[2/2] qwen3_moe" in again.stderr and "ETA" in again.stderr
+    assert "1 already surveyed" in again.stderr and "[2/2] qwen2_moe" in again.stderr and "ETA" in again.stderr
     after = {r["model_type"]: r for r in json.loads(saved.read_text())["rows"]}
-    assert after["youtu"] == before["rows"][0]
-    assert after["qwen3_moe"]["run_id"] == before["in_flight"]["qwen3_moe"]
-    assert after["qwen3_moe"]["outcome"] == "clean", ("\n".join(landed), after["qwen3_moe"])
-    run_id = after["qwen3_moe"]["run_id"]
-    assert cli("audit", run_id, state_dir=tmp_path / "state", timeout=300).returncode == 0
-    trail = (tmp_path / "state" / "runs" / run_id / "events.jsonl").read_text().splitlines()
-    redone = {e["phase"] for e in map(json.loads, trail) if e["type"] == "phase_interrupted"}
-    assert {"probe", "numerics", "gap_analysis", "parallelism"} <= redone, ("\n".join(landed), redone)
+    assert after["qwen3_moe"] == rows["qwen3_moe"] and after["qwen2_moe"]["run_id"] == before["in_flight"]["qwen2_moe"]
+    assert [r["outcome"] for r in after.values()] == ["clean", "clean"], ("\n".join(landed), after)
+    for row in after.values():
+        assert cli("audit", row["run_id"], state_dir=tmp_path / "state", timeout=300).returncode == 0
+    started, redone = set(), set()
+    for row in after.values():
+        trail = [json.loads(line) for line in
+                 (tmp_path / "state" / "runs" / row["run_id"] / "events.jsonl").read_text().splitlines()]
+        started |= {e["phase"] for e in trail if e["type"] == "phase_started"}
+        redone |= {e["phase"] for e in trail if e["type"] == "phase_interrupted"}
+    # gap analysis runs where numerics is WARN (or a PASS whose one-ulp spread reaches WARN): on most CPUs
+    assert {"probe", "numerics", "parallelism"} | ({"gap_analysis"} & started) <= redone, ("\n".join(landed), redone)
