@@ -28,7 +28,8 @@ from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiv
 from orchestrator.worker import FRESH, Runner
 from orchestrator.workflow import DONE, Workflow, load_workflow
 
-Progress = Callable[[str], None]
+Progress = Callable[[Any], None]
+"""Takes each progress line of a phase: an ``orchestrator.progress.Update`` (``str()`` is the line to print)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,10 @@ def test_in_process_client_drives_the_toy_run(agent_env: None, toy_repo: Path, s
 
     store = RunStore(state_dir)
     (toy_repo / "allowed" / "link").symlink_to(toy_repo.parent)
-    progress: list[str] = []
+    progress: list[tuple[float, float | None, str]] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+        progress.append((value, total, message or ""))
 
     async def scenario() -> str:
         async with Client(build_server(store)) as client:
@@ -72,9 +73,10 @@ def test_in_process_client_drives_the_toy_run(agent_env: None, toy_repo: Path, s
             return run_id
 
     run_id = anyio.run(scenario)
-    assert any("worker" in m for m in progress), progress
-    # the worker's own line arrives from the engine's log-reader thread, not the tool's thread
-    assert any(m.endswith("squaring") for m in progress), progress
+    assert [m for _, _, m in progress] == ["work: worker square started | phase step 1 of 1, ETA after the first step",
+                                           "work: squaring | phase step 1 of 1, ETA after the first step"], progress
+    # every notification carries the phase's planned steps as its total; progress rises with each one
+    assert [t for _, t, _ in progress] == [1, 1] and 0 <= progress[0][0] < progress[1][0] < 1, progress
     assert not (toy_repo.parent / "x.txt").exists() and (toy_repo / "a.txt").read_text() == "hello\n"
     acted = [e for e in store.read_events(run_id) if e["type"] == "agent_acted"]
     assert len(acted) == 15 and all(e["actor"] == "agent" and e["data"]["call_id"].startswith("mcp-") for e in acted)
@@ -257,7 +259,7 @@ def test_over_stdio_progress_comes_as_notifications_and_reads_never_wait_on_a_he
 
     waited = anyio.run(scenario)
     assert max(waited.values()) < 3, waited
-    assert any("worker" in m for m in progress) and any(m.endswith("squaring") for m in progress), progress
+    assert any("worker" in m for m in progress) and any("work: squaring | phase step 1 of 1" in m for m in progress)
     acted = [e["data"]["tool"] for e in store.read_events(run_id) if e["type"] == "agent_acted"]
     assert acted == ["advance"] * 3 + ["status"]  # the busy calls said they were not recorded
     assert cli("audit", run_id, state_dir=state_dir).returncode == 0
@@ -373,3 +375,78 @@ def test_a_person_answers_the_preflight_questions_right_after_start_run(tmp_path
     run_id = anyio.run(scenario)
     assert store.read_state(run_id)["answers"] == {"branch": "new", "commit": "never"}
     assert cli("audit", run_id, state_dir=state).returncode == 0
+
+
+FOUR_MODELS = ("qwen3_moe", "granitemoe", "hunyuan_v1_moe", "glm4_moe")
+EDIT = {"path": "torchtitan/experiments/transformers_modeling_backend/moe_replacement.py",
+        "old_string": "from functools import partial\n",
+        "new_string": "from functools import partial  # read by the agent\n"}
+
+
+@pytest.mark.slow
+def test_four_add_moe_runs_advanced_at_once_over_stdio_all_complete_and_audit(tmp_path: Path) -> None:
+    """Four real add-moe-model runs through one `orchestrator mcp` and one real client, every call sent for all
+    four at once: starts, the agent's edits (which the forbidden-calls guard then reads as an AST at every advance),
+    advances until each run is done or waits on its findings. A person answers the human-only questions with the
+    CLI as soon as they are asked. Every call answers, every notification carries a total, every trail audits."""
+    from mcp import Client, StdioServerParameters
+
+    state = tmp_path / "state"
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=dict(os.environ),
+                                   args=["-m", "orchestrator.cli", "mcp", "--state-dir", str(state)])
+    progress: list[tuple[float, float | None, str]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message or ""))
+
+    async def at_once(calls: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        answers: dict[str, dict[str, Any]] = {}
+
+        async def one(key: str, call_: Any) -> None:
+            answers[key] = answer_of(await call_)
+
+        async with anyio.create_task_group() as group:
+            for key, call_ in calls.items():
+                group.start_soon(one, key, call_)
+        return answers
+
+    def person_answers(run_id: str, *answers: str) -> None:
+        done = cli("resume", run_id, *[a for pair in answers for a in ("--answer", pair)], "--no-advance",
+                   state_dir=state)
+        assert done.returncode in (0, 3), done.stderr
+
+    async def scenario() -> dict[str, dict[str, Any]]:
+        async with Client(params, read_timeout_seconds=1800) as client:
+            options = {"device": "cpu", "torchrun_rows": "skip"}
+            started = await at_once({m: client.call_tool("start_run", {"workflow": "add-moe-model", "options": {
+                **options, "model": f"type:{m}"}}) for m in FOUR_MODELS})
+            runs = {m: a["data"]["run_id"] for m, a in started.items()}
+            for run_id in runs.values():
+                person_answers(run_id, "branch=current", "commit=never")
+            ended: dict[str, dict[str, Any]] = {}
+            for round_ in range(12):
+                live = {m: r for m, r in runs.items() if m not in ended}
+                if not live:
+                    break
+                if round_ == 1:  # in the probe now, where the experiment folder may be edited
+                    edits = await at_once({m: client.call_tool("edit_file", {"run_id": r, **EDIT})
+                                           for m, r in live.items()})
+                    assert [e["status"] for e in edits.values()] == ["ok"] * len(live), edits
+                moved = await at_once({m: client.call_tool("advance", {"run_id": r}, progress_callback=on_progress)
+                                       for m, r in live.items()})
+                for model, answer in moved.items():
+                    assert answer["status"] in ("ok", "waiting_for_human"), answer
+                    data = answer["data"]
+                    if [q["key"] for q in data["pending"]] == ["unrun_rows"]:
+                        person_answers(runs[model], "unrun_rows=accept")
+                    elif data["status"] == "done" or data["awaiting"] in ("agent", "human"):
+                        ended[model] = data
+            return ended
+
+    ended = anyio.run(scenario)
+    assert set(ended) == set(FOUR_MODELS) and ended["qwen3_moe"]["status"] == "done", ended
+    assert all(d["status"] != "failed" for d in ended.values()), ended
+    for data in ended.values():
+        assert cli("audit", data["run_id"], state_dir=state, timeout=300).returncode == 0
+    assert progress and [(t, m) for _, t, m in progress if t is None or "| phase step " not in m] == []
+    assert any(re.search(r"ETA \d", m) for _, _, m in progress), progress

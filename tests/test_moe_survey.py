@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli
+from tests.conftest import ROOT, cli, service_missing
 from tests.run_fixtures import EMBEDDED_SURVEY_MODELS
 
 pytestmark = pytest.mark.slow
@@ -96,8 +96,9 @@ def render_in_chromium(page_path: Path, screenshot: Path | None = None) -> dict:
     return {"console": console, "errors": failures, "rows": rows, "plot": plot}
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is installed by .ci/run")
 def test_the_page_loads_in_a_real_browser_and_shows_every_row(survey, tmp_path):
+    if not Path(CHROMIUM).exists():
+        service_missing("chromium", f"no {CHROMIUM} (.ci/run installs Debian's chromium)")
     seen = render_in_chromium(survey["home"] / "out" / "survey.html", tmp_path / "survey.png")
     assert seen["console"] == [] and seen["errors"] == []
     assert [r.split("\t")[0] for r in seen["rows"]] == MODELS.split(",")

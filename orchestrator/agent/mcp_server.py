@@ -80,18 +80,38 @@ def _build_tool(spec: ToolSpec, *, calls: CallServer, session: str) -> Tool:
 
 def _progress_sender(ctx: Context) -> Any:
     """Sends each progress line of the call as an MCP progress notification (the client must send a progress
-    token: MCP sends none otherwise). ``progress`` rises with every notification, as MCP requires."""
-    sent = 0.0
+    token: MCP sends none otherwise): ``progress`` is the steps finished in the call, ``total`` its planned steps
+    (None where the phase cannot know them), the message the line the CLI prints, with the step and the ETA."""
+    track = _CallProgress()
 
     async def send(line: dict[str, Any]) -> None:
-        nonlocal sent
-        sent += 1
+        value, total = track.place(line)
         try:
-            await ctx.report_progress(sent, None, line.get("message", ""))
+            await ctx.report_progress(value, total, line.get("text") or line.get("message", ""))
         except Exception:  # noqa: BLE001 (progress is best effort: a closed stream must not fail the tool)
             pass
 
     return send
+
+
+class _CallProgress:
+    """Where a call stands over the phases it runs (``submit`` of a candidate runs several): each phase's steps
+    add to those of the phases before it. MCP wants ``progress`` to rise with every notification, so a line that
+    finished nothing new moves it by a ten-thousandth of a step."""
+
+    NUDGE = 1e-4
+
+    def __init__(self) -> None:
+        self.before, self.phase, self.extent, self.sent = 0.0, None, 0.0, 0.0
+
+    def place(self, line: dict[str, Any]) -> tuple[float, float | None]:
+        if line.get("phase") != self.phase:
+            self.before, self.phase, self.extent = self.before + self.extent, line.get("phase"), 0.0
+        done, total = float(line.get("done") or 0.0), line.get("total")
+        self.extent = max(self.extent, done if total is None else float(total))
+        value = max(self.before + done, self.sent + self.NUDGE)
+        self.sent = value
+        return value, (None if total is None else self.before + total)
 
 
 def _request_id(ctx: Context) -> str:
