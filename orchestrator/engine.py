@@ -23,6 +23,7 @@ from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
 from orchestrator.trail.writer import OpenRun
 from orchestrator.handback import read_results, record_handback
+from orchestrator.on_entry import ask_known_questions, clear_dead_git_locks
 from orchestrator.resume_report import AGENT_QUESTION_ONLY, NOT_ADVANCED, wait_point, with_report
 from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiver, waived_codes
 from orchestrator.worker import FRESH, Runner
@@ -87,20 +88,6 @@ def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor:
                             actor="human")
         ask_known_questions(run, workflow)
     return Outcome(run_id=run_id, state=store.read_state(run_id), exit_code=EXIT_OK)
-
-
-def ask_known_questions(run: OpenRun, workflow: Workflow) -> None:
-    """Ask the questions the run's current phase asks whatever it finds (``PhaseSpec.asks``) and nobody answered:
-    known before the phase runs, they wait for a person now rather than after the next advance."""
-    phase = run.state["phase"]
-    if phase == DONE:
-        return
-    answered = set(run.state["answers"]) | {q["key"] for q in run.state["pending"]}
-    asked = [ev.QuestionAsked(key=q.key, prompt=q.prompt, choices=list(q.choices) if q.choices else None,
-                              answer_schema=q.schema, human_only=q.human_only)
-             for q in workflow.phase(phase).asks if q.key not in answered]
-    if asked:
-        run.append_many(asked, phase=phase)
 
 
 def _refuse_human_options(workflow: Workflow, raw_options: dict[str, Any], *, actor: str) -> None:
@@ -326,19 +313,6 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
         result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message}",
                              data={"error": exc.message, "code": exc.code})
     return name, attempt, result
-
-
-def clear_dead_git_locks(run: OpenRun) -> None:
-    """A command killed mid-``git`` (a guard's ``git status``, a revert's ``checkout``) leaves a lock behind, whatever
-    phase it was in or between; every later git write in the target would fail on it. Called under the run's lock
-    before anything of the run touches git."""
-    from orchestrator.git import clear_dead_git_locks as clear
-
-    removed = clear(run.state["target"])
-    if removed:
-        run.append(ev.NoteAdded(kind="engine", text="removed the git lock(s) a command that died left (no live "
-                                                    "process holds them): " + ", ".join(removed)),
-                   phase=run.state["phase"] or None)
 
 
 def _complete(run: OpenRun, name: str, attempt: int, result: Any) -> None:
