@@ -28,14 +28,21 @@ def report(message: str, *, step: int | None = None, total: int | None = None, *
     sys.stderr.flush()
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One progress line of a worker."""
+class Line(str):
+    """One progress line of a worker: the string is its message; ``step`` (from 1: the step of the worker's loop
+    that runs now) of ``total`` where the line is a loop's, else None."""
 
-    message: str
-    step: int | None = None
-    """The step of the worker's loop that runs now, from 1; None when the line is not a loop's."""
-    total: int | None = None
+    step: int | None
+    total: int | None
+
+    def __new__(cls, message: str, step: int | None = None, total: int | None = None) -> "Line":
+        line = super().__new__(cls, message)
+        line.step, line.total = step, total
+        return line
+
+    @property
+    def message(self) -> str:
+        return str(self)
 
     def share_done(self) -> float:
         """The finished share of the worker's loop (0 when the line says no step)."""
