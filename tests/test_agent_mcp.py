@@ -340,6 +340,38 @@ def test_parallel_advances_on_four_runs_over_one_server_all_complete(monkeypatch
         assert cli("audit", run_id, state_dir=tmp_path / "state").returncode == 0
 
 
+
+def test_two_advances_at_once_on_one_run_one_acts_and_the_other_is_refused_as_busy(
+        monkeypatch: pytest.MonkeyPatch, toy_repo: Path, state_dir: Path) -> None:
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", AGENT_TOY_REF)
+    monkeypatch.setenv("ORCHESTRATOR_BUSY_WAIT_S", "1")
+    store = RunStore(state_dir)
+    run_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red", "worker": "slow", "sleep": 6,
+                                       "marker": str(toy_repo.parent / "marker")}, store=store).run_id
+    engine.advance(run_id, store=store, max_phases=1)  # the answered question: the run is at the slow worker now
+
+    async def scenario() -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = []
+        async with Client(build_server(store)) as client:
+            async def advance() -> None:
+                answers.append(answer_of(await client.call_tool("advance", {"run_id": run_id})))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(advance)
+                group.start_soon(advance)
+        return answers
+
+    answers = sorted(anyio.run(scenario), key=lambda a: a["status"])
+    assert [a["status"] for a in answers] == ["ok", "refused"], answers
+    assert "busy" in answers[1]["message"] and "nothing was done" in answers[1]["message"]
+    assert answers[0]["data"]["phase"] == "fix"
+    assert [e["data"]["tool"] for e in store.read_events(run_id) if e["type"] == "agent_acted"] == ["advance"]
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
 def test_a_person_answers_the_preflight_questions_right_after_start_run(tmp_path: Path) -> None:
     """Seen by a new user: right after start_run, explain listed "pre-flight question 'branch' unanswered", yet
     `orchestrator resume RUN --answer branch=new` said "no pending question 'branch'" (exit 2) until the agent's
