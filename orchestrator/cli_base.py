@@ -37,14 +37,16 @@ class Settings:
 
         return RunStore(self.state_dir)
 
-    def progress(self) -> Callable[[str], None]:
+    def progress(self) -> Callable[[Any], None]:
+        """Prints each progress line (a ``progress.Update`` or a plain string) on stderr."""
         if self.as_json:
             return lambda _message: None
         if sys.stderr.isatty():
             from rich.console import Console
+            from rich.markup import escape
 
             console = Console(stderr=True)
-            return lambda message: console.print(f"[dim]… {message}[/dim]", highlight=False)
+            return lambda message: console.print(f"[dim]… {escape(str(message))}[/dim]", highlight=False)
         return lambda message: print(f"... {message}", file=sys.stderr, flush=True)
 
 

@@ -6,10 +6,11 @@ dies halfway leaves its measurements, artifacts and worker logs in the trail.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -18,6 +19,7 @@ from orchestrator.trail.writer import OpenRun
 from orchestrator.templates_dir import templates_dir
 from orchestrator.errors import RecordInvalid, WorkerFailed
 from orchestrator.phase_api import Worker
+from orchestrator.progress import Line, Steps
 from orchestrator.worker import FRESH, Runner, failure, run_worker
 
 M = TypeVar("M", bound=BaseModel)
@@ -45,7 +47,7 @@ class EngineContext:
         phase: str,
         templates: str,
         timeout_s: float,
-        on_progress: Callable[[str], None],
+        on_progress: Callable[[Any], None],
         actor: str = "engine",
         runner: Runner = FRESH,
         table: Any = None,
@@ -57,6 +59,7 @@ class EngineContext:
         self._templates = templates
         self._timeout_s = timeout_s
         self._on_progress = on_progress
+        self._steps = Steps()
         self._actor = actor
         self.run_id = run.run_id
         self.workflow = state["workflow"]
@@ -138,8 +141,23 @@ class EngineContext:
                                     f"table): {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
         self._append(ev.RecordAdded(kind=kind, record=json_safe(record)))
 
-    def progress(self, message: str) -> None:
-        self._on_progress(f"{self.phase}: {message}")
+    def progress(self, message: str, within: Line | None = None) -> None:
+        """See ``PhaseContext.progress``; ``within``: the worker line it passes on (its loop's step)."""
+        self._on_progress(self._steps.update(self.phase, message, within))
+
+    def plan(self, steps: int) -> None:
+        """See ``PhaseContext.plan``."""
+        self._steps.plan(steps)
+
+    @contextlib.contextmanager
+    def step(self, message: str) -> Iterator[None]:
+        """See ``PhaseContext.step``."""
+        self._steps.start_one()
+        self.progress(message)
+        try:
+            yield
+        finally:
+            self._steps.finish_one()
 
     def call(self, worker: Worker[Any, A], request: BaseModel | Mapping[str, Any], *,
              timeout_s: float | None = None, label: str = "") -> A:
@@ -157,10 +175,14 @@ class EngineContext:
     def _run_worker(self, func: str, request: dict[str, Any], *, models: tuple[str, ...],
                     timeout_s: float | None, label: str) -> dict[str, Any]:
         """Run one call on this context's runner, keep its log as an artifact, record how it ended."""
+        self._steps.start_one()
         self.progress(f"worker {label} started")
-        result = run_worker(func, request, target=self.target, python=self.options.get("python") or sys.executable,
-                            timeout_s=timeout_s or self._timeout_s, on_progress=self.progress, models=models,
-                            runner=self._runner)
+        try:
+            result = run_worker(func, request, target=self.target, python=self.options.get("python") or sys.executable,
+                                timeout_s=timeout_s or self._timeout_s, models=models, runner=self._runner,
+                                on_progress=lambda line: self.progress(line.message, line))
+        finally:
+            self._steps.finish_one()
         seq = self._run.state["last_seq"] + 1
         log_name = self.write_artifact(f"logs/{seq:06d}-{self.phase}-{_slug(label)}.log", result.log)
         self.last_worker_log = log_name
@@ -176,7 +198,7 @@ class EngineContext:
 
 
 def phase_context(run: OpenRun, workflow: Any, *, phase: str | None = None, actor: str = "engine",
-                  progress: Callable[[str], None] = lambda _m: None, runner: Runner = FRESH) -> EngineContext:
+                  progress: Callable[[Any], None] = lambda _m: None, runner: Runner = FRESH) -> EngineContext:
     """The engine's one way to build a context: for ``phase`` of ``workflow`` (default: where the run is).
 
     Args:

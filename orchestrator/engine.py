@@ -25,12 +25,14 @@ from orchestrator.trail.snapshot import TERMINAL, exit_code_for
 from orchestrator.trail.store import RunStore, new_run_id
 from orchestrator.trail.writer import OpenRun
 from orchestrator.handback import read_results, record_handback
+from orchestrator.on_entry import ask_known_questions, clear_dead_git_locks
 from orchestrator.resume_report import AGENT_QUESTION_ONLY, NOT_ADVANCED, wait_point, with_report
 from orchestrator.waivers import apply_waivers, unapplied_waivers, validate_waiver, waived_codes
 from orchestrator.worker import FRESH, Runner
 from orchestrator.workflow import DONE, Workflow, load_workflow
 
-Progress = Callable[[str], None]
+Progress = Callable[[Any], None]
+"""Takes each progress line of a phase: an ``orchestrator.progress.Update`` (``str()`` is the line to print)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,10 +84,11 @@ def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor:
     store.create_run(run_id, ev.RunStarted(
         workflow=workflow.name, target=str(Path(prepared.target).resolve()),
         options=json_safe(prepared.options), base=base, initial_phase=workflow.initial))
-    if prepared.answers:
-        with store.open_run(run_id) as run:
+    with store.open_run(run_id) as run:
+        if prepared.answers:
             run.append_many([ev.AnswerAccepted(key=key, value=value) for key, value in prepared.answers.items()],
                             actor="human")
+        ask_known_questions(run, workflow)
     return Outcome(run_id=run_id, state=store.read_state(run_id), exit_code=EXIT_OK)
 
 
@@ -215,6 +218,7 @@ def submission_context(run: OpenRun, workflow: Workflow, kind: str, *, actor: st
     if run.state["phase"] != row.phase:
         raise UsageError(f"{row.noun or kind} are accepted only in phase {row.phase}; run {run.run_id} is in "
                          f"{run.state['phase']}")
+    clear_dead_git_locks(run)
     return phase_context(run, workflow, phase=row.phase, progress=progress, actor=actor), row
 
 
@@ -227,6 +231,7 @@ def refuse_terminal(state: dict[str, Any]) -> None:
 def drive_open_run(run: OpenRun, workflow: Workflow, *, progress: Progress, max_phases: int | None,
                    runner: Runner = FRESH) -> Outcome:
     """Run phases of a run whose lock the caller holds (``advance``, ``resume``, ``submit``)."""
+    clear_dead_git_locks(run)
     messages: list[str] = []
     done = 0
     record_edits(run, workflow, by="outside")
@@ -290,7 +295,6 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
     if interrupted:
         action = "reconcile" if callable(getattr(module, "reconcile", None)) else "rerun"
         run.append(ev.PhaseInterrupted(attempt=run.state["attempts"].get(name, 0), action=action), phase=name)
-        _clear_git_locks_of_the_dead_command(run, name)
     attempt = run.state["attempts"].get(name, 0) + 1
     run.append(ev.PhaseStarted(attempt=attempt), phase=name)
     run.flush()
@@ -314,16 +318,6 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
         result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message}",
                              data={"error": exc.message, "code": exc.code})
     return name, attempt, result
-
-
-def _clear_git_locks_of_the_dead_command(run: OpenRun, name: str) -> None:
-    """A command killed mid-``git`` leaves ``index.lock`` behind; the redone phase's git writes would fail on it."""
-    from orchestrator.git import clear_stale_index_locks
-
-    removed = clear_stale_index_locks(run.state["target"])
-    if removed:
-        run.append(ev.NoteAdded(kind="engine", text="removed the git lock(s) the interrupted command left: "
-                                                    + ", ".join(removed)), phase=name)
 
 
 def _complete(run: OpenRun, name: str, attempt: int, result: Any) -> None:
@@ -389,6 +383,7 @@ def _take_route(run: OpenRun, workflow: Workflow, route: str) -> bool:
         return False
     getattr(model, f"route_{route}")()
     run.append(ev.TransitionTaken(source=source, dest=model.state, trigger=f"route_{route}"), phase=source)
+    ask_known_questions(run, workflow)
     return True
 
 

@@ -90,24 +90,51 @@ def diff_paths(target: str | Path, diff: str) -> list[str]:
     return sorted(p for p in paths if p)
 
 
-def clear_stale_index_locks(path: str | Path) -> list[str]:
-    """Remove the ``index.lock`` files a killed command left in the git dirs of ``path``; their paths.
+def clear_dead_git_locks(path: str | Path) -> list[str]:
+    """Remove the lock files that git commands killed mid-write left in the git dir of ``path``; their paths.
 
-    Git writes no owner into a lock, so call this only while the run's lock is held and no
-    command of the run is alive (an interrupted phase about to be redone): a lock found then
-    was left by a git process that died mid-command, and every later git write would fail on it.
+    Git writes no owner into a lock, but it keeps the lock's descriptor open until it renames the
+    file into place, so a lock that no live process has open was left by a command that died
+    (``index.lock`` after a kill during ``git status``, ``checkout`` or ``reset``; ``HEAD.lock``, a
+    ref's lock). Every later git write would fail on it with exit 128. A lock some process still
+    holds is left alone. Where the system lists no open files (no ``/proc``), every lock counts as
+    dead: call this only while the run's lock is held.
     """
     git_dir = Path(path) / ".git"
     if git_dir.is_file():  # a linked worktree: ".git" names its git dir
         git_dir = Path(path, git_dir.read_text().removeprefix("gitdir:").strip())
     if not git_dir.is_dir():
         return []
+    locks = [p for p in (*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock"), *git_dir.glob("worktrees/*/*.lock"))
+             if p.is_file()]
+    if not locks:
+        return []
+    held = files_held_open()
     removed = []
-    for lock in (git_dir / "index.lock", *sorted(git_dir.glob("worktrees/*/index.lock"))):
-        if lock.is_file():
-            lock.unlink()
+    for lock in sorted(locks):
+        if str(lock.resolve()) not in held:
+            lock.unlink(missing_ok=True)
             removed.append(str(lock))
     return removed
+
+
+def files_held_open() -> set[str]:
+    """Every path a live process has open, as far as ``/proc`` shows (empty where there is no ``/proc``)."""
+    import os
+
+    held: set[str] = set()
+    proc = Path("/proc")
+    for pid in (p for p in proc.iterdir() if p.name.isdigit()) if proc.is_dir() else ():
+        try:
+            fds = list((pid / "fd").iterdir())
+        except OSError:  # gone, or another user's
+            continue
+        for fd in fds:
+            try:
+                held.add(os.readlink(fd))
+            except OSError:
+                continue
+    return held
 
 
 def uncommitted_left(target: str, base: dict[str, Any]) -> str:

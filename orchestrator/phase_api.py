@@ -199,7 +199,17 @@ class PhaseContext(Protocol):
         """
 
     def progress(self, message: str) -> None:
-        """Show progress on a terminal (stderr); never recorded."""
+        """Show progress (the CLI's stderr, MCP progress notifications) with where the phase stands; never
+        recorded."""
+
+    def plan(self, steps: int) -> None:
+        """Say how many steps (worker calls, ``call``) this attempt will make, as soon as the phase knows: every
+        progress line then says "step k of n" with the time left. A phase that makes more calls than planned
+        counts them on; one that stops early just ends. Undeclared, lines say the total is not known."""
+
+    def step(self, message: str) -> Any:
+        """A context manager around a planned step that is no worker call (e.g. a torchrun row): its progress
+        line, and the step counted as done when the block ends."""
 
     def call(self, worker: Worker[Any, Ans], request: Any | Mapping[str, Any], *,
              timeout_s: float | None = None, label: str = "") -> Ans:

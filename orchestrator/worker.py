@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from orchestrator import warm_worker
 from orchestrator.errors import WorkerFailed
-from orchestrator.progress import pump_stream
+from orchestrator.progress import Line, pump_stream
 from orchestrator.worker_main import die_with_parent
 
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -83,7 +83,7 @@ def run_worker(
     target: Path,
     python: str = sys.executable,
     timeout_s: float = 900.0,
-    on_progress: Callable[[str], None] | None = None,
+    on_progress: Callable[[Line], None] | None = None,
     models: tuple[str, ...] = (),
     runner: Runner = FRESH,
 ) -> WorkerRun:

@@ -110,6 +110,10 @@ class PhaseSpec:
         returns: pydantic model of the phase's ``data`` when it passes (None: undeclared). The
             engine validates the data when the phase returns it (a mismatch fails the phase),
             and ``ctx.result(name)`` reads it back as this model.
+        asks: ``phase_api.Question``s the phase asks whatever it finds, unless already answered
+            (e.g. the skill's pre-flight questions). Being known before the phase runs, the engine
+            asks them as soon as the run reaches the phase (at start, for the first phase), so a
+            person can answer them with ``resume --answer`` before any advance.
     """
 
     name: str
@@ -122,6 +126,7 @@ class PhaseSpec:
     agent_notes: str = ""
     results: str = ""
     returns: type[BaseModel] | None = None
+    asks: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,12 @@
 """A real single-node SLURM cluster for the tests that submit jobs.
 
-``slurm_session`` (registered once in conftest, so every module shares it) uses a cluster that
-already answers (``.ci/run`` starts one with ``.ci/slurm-up``); otherwise it starts one itself
-with ``.ci/slurm-up`` and stops exactly those daemons with ``.ci/slurm-down`` at the end.
-``slurm_cluster`` hands it to each test with the node settled back to idle. Where SLURM cannot
-start (not root, no apt-get, a daemon that will not come up) the tests skip with slurm-up's reason.
+``slurm_session`` (registered once in conftest, so every module shares it) uses the cluster of
+``.ci/slurm-up`` (its own config, state, ports and munge under ``SLURM_CI_ROOT``; clients reach it
+through ``SLURM_CONF``, which the session sets): the one ``.ci/run`` started when it answers,
+otherwise one it starts itself and stops exactly with ``.ci/slurm-down`` at the end. No test
+ever talks to another cluster of the machine. ``slurm_cluster`` hands it to each test with the
+node settled back to idle. Where SLURM cannot start (not root, no apt-get, a daemon that will
+not come up) the tests skip with slurm-up's reason, and fail with it where CI provides SLURM.
 Nothing here mocks ``sbatch`` or ``squeue``. ``controller_down`` stops the real slurmctld by
 its PID and starts it again with ``.ci/slurm-up --controller``, which updates the PIDs file.
 """
@@ -23,7 +25,11 @@ from typing import Iterator
 
 import pytest
 
+from tests.conftest import service_missing
+
 ROOT = Path(__file__).resolve().parent.parent
+SLURM_CI_ROOT = Path(os.environ.get("SLURM_CI_ROOT", "/run/orchestrator-slurm"))
+CONF = SLURM_CI_ROOT / "etc" / "slurm.conf"
 
 
 @dataclass(frozen=True)
@@ -37,9 +43,12 @@ class Cluster:
 
 def answering() -> Cluster | None:
     """The default partition and GPU count of a cluster whose controller answers, else None."""
-    if shutil.which("sinfo") is None:
+    if shutil.which("sinfo") is None or not CONF.is_file():  # without its config sinfo looks for a controller in DNS
         return None
-    done = subprocess.run(["sinfo", "-h", "-o", "%P|%G|%T"], capture_output=True, text=True, timeout=30)
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%P|%G|%T"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
     lines = [line.split("|") for line in done.stdout.split()] if done.returncode == 0 else []
     for partition, gres, state in lines:
         if partition.endswith("*") and state == "idle":
@@ -54,15 +63,16 @@ def start_own(pids_file: Path) -> Cluster:
     cluster = answering() if done.returncode == 0 else None
     if cluster is None:
         reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        pytest.skip(f"SLURM cannot start on this machine: {reason}")
+        service_missing("slurm", f"SLURM cannot start on this machine: {reason}")
     return cluster
 
 
 @pytest.fixture(scope="session")
 def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    os.environ["SLURM_CONF"] = str(CONF)  # sinfo, sbatch and the engine's cluster calls ask slurm-up's cluster only
     running = answering()
     if running is not None:
-        yield replace(running, pids_file=Path(os.environ.get("SLURM_PIDS_FILE", "/run/orchestrator-slurm.pids")))
+        yield replace(running, pids_file=Path(os.environ.get("SLURM_PIDS_FILE", SLURM_CI_ROOT / "daemons.pids")))
         return
     pids_file = tmp_path_factory.mktemp("slurm") / "daemons.pids"
     try:
@@ -134,7 +144,7 @@ def recorded_pids(cluster: Cluster) -> dict[str, int]:
 
 
 def running_controller() -> int:
-    path = Path("/run/slurmctld.pid")
+    path = SLURM_CI_ROOT / "run" / "slurmctld.pid"
     return int(path.read_text().strip() or 0) if path.is_file() else 0
 
 

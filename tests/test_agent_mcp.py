@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,10 @@ def test_in_process_client_drives_the_toy_run(agent_env: None, toy_repo: Path, s
 
     store = RunStore(state_dir)
     (toy_repo / "allowed" / "link").symlink_to(toy_repo.parent)
-    progress: list[str] = []
+    progress: list[tuple[float, float | None, str]] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+        progress.append((value, total, message or ""))
 
     async def scenario() -> str:
         async with Client(build_server(store)) as client:
@@ -72,9 +73,10 @@ def test_in_process_client_drives_the_toy_run(agent_env: None, toy_repo: Path, s
             return run_id
 
     run_id = anyio.run(scenario)
-    assert any("worker" in m for m in progress), progress
-    # the worker's own line arrives from the engine's log-reader thread, not the tool's thread
-    assert any(m.endswith("squaring") for m in progress), progress
+    assert [m for _, _, m in progress] == ["work: worker square started | phase step 1 of 1, ETA after the first step",
+                                           "work: squaring | phase step 1 of 1, ETA after the first step"], progress
+    # every notification carries the phase's planned steps as its total; progress rises with each one
+    assert [t for _, t, _ in progress] == [1, 1] and 0 <= progress[0][0] < progress[1][0] < 1, progress
     assert not (toy_repo.parent / "x.txt").exists() and (toy_repo / "a.txt").read_text() == "hello\n"
     acted = [e for e in store.read_events(run_id) if e["type"] == "agent_acted"]
     assert len(acted) == 15 and all(e["actor"] == "agent" and e["data"]["call_id"].startswith("mcp-") for e in acted)
@@ -257,7 +259,7 @@ def test_over_stdio_progress_comes_as_notifications_and_reads_never_wait_on_a_he
 
     waited = anyio.run(scenario)
     assert max(waited.values()) < 3, waited
-    assert any("worker" in m for m in progress) and any(m.endswith("squaring") for m in progress), progress
+    assert any("worker" in m for m in progress) and any("work: squaring | phase step 1 of 1" in m for m in progress)
     acted = [e["data"]["tool"] for e in store.read_events(run_id) if e["type"] == "agent_acted"]
     assert acted == ["advance"] * 3 + ["status"]  # the busy calls said they were not recorded
     assert cli("audit", run_id, state_dir=state_dir).returncode == 0
@@ -299,3 +301,184 @@ def test_file_tool_refusals_are_tool_errors_that_say_nothing_changed(agent_env: 
     assert answers["apply_diff"]["message"].startswith("diff NOT applied: "), answers
     assert (toy_repo / "allowed" / "twice.txt").read_text() == "ok\nok\n"
     assert (toy_repo / "a.txt").read_text() == "hello\n"
+
+
+PARSE_TOY_REF = f"{AGENT_TOY_REF},parsetoy=tests.toyflow.parseflow:WORKFLOW"
+
+
+def test_parallel_advances_on_four_runs_over_one_server_all_complete(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    """Seen by a new user: two advances at once crashed one with "SystemError: AST constructor recursion depth
+    mismatch" (the guard's ast.parse in two threads of the server). Each phase here reads a large file's AST as the
+    guard does; in threads of one process one of the four would crash."""
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+    from tests.conftest import make_repo
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", PARSE_TOY_REF)
+    store = RunStore(tmp_path / "state")
+    runs = []
+    for index in range(4):
+        make_repo(tmp_path / f"target-{index}", {"a.txt": "hello\n"})
+        runs.append(engine.start("parsetoy", {"target": str(tmp_path / f"target-{index}")}, store=store).run_id)
+
+    async def scenario() -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = []
+        async with Client(build_server(store)) as client:
+            async def advance(run_id: str) -> None:
+                answers.append(answer_of(await client.call_tool("advance", {"run_id": run_id})))
+
+            async with anyio.create_task_group() as group:
+                for run_id in runs:
+                    group.start_soon(advance, run_id)
+        return answers
+
+    answers = anyio.run(scenario)
+    assert [a["data"]["status"] for a in answers] == ["done"] * 4, answers
+    for run_id in runs:
+        assert cli("audit", run_id, state_dir=tmp_path / "state").returncode == 0
+
+
+
+def test_two_advances_at_once_on_one_run_one_acts_and_the_other_is_refused_as_busy(
+        monkeypatch: pytest.MonkeyPatch, toy_repo: Path, state_dir: Path) -> None:
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKFLOWS", AGENT_TOY_REF)
+    monkeypatch.setenv("ORCHESTRATOR_BUSY_WAIT_S", "1")
+    store = RunStore(state_dir)
+    run_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red", "worker": "slow", "sleep": 6,
+                                       "marker": str(toy_repo.parent / "marker")}, store=store).run_id
+    engine.advance(run_id, store=store, max_phases=1)  # the answered question: the run is at the slow worker now
+
+    async def scenario() -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = []
+        async with Client(build_server(store)) as client:
+            async def advance() -> None:
+                answers.append(answer_of(await client.call_tool("advance", {"run_id": run_id})))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(advance)
+                group.start_soon(advance)
+        return answers
+
+    answers = sorted(anyio.run(scenario), key=lambda a: a["status"])
+    assert [a["status"] for a in answers] == ["ok", "refused"], answers
+    assert "busy" in answers[1]["message"] and "nothing was done" in answers[1]["message"]
+    assert answers[0]["data"]["phase"] == "fix"
+    assert [e["data"]["tool"] for e in store.read_events(run_id) if e["type"] == "agent_acted"] == ["advance"]
+    assert cli("audit", run_id, state_dir=state_dir).returncode == 0
+
+def test_a_person_answers_the_preflight_questions_right_after_start_run(tmp_path: Path) -> None:
+    """Seen by a new user: right after start_run, explain listed "pre-flight question 'branch' unanswered", yet
+    `orchestrator resume RUN --answer branch=new` said "no pending question 'branch'" (exit 2) until the agent's
+    first advance. Questions known at start are asked at start: explain and the CLI list the same ones, and a
+    person's answer is taken at once; they stay a person's."""
+    from mcp import Client
+
+    from orchestrator.agent.mcp_server import build_server
+
+    state = tmp_path / "state"
+    store = RunStore(state)
+
+    async def scenario() -> str:
+        async with Client(build_server(store)) as client:
+            options = {"model": "type:qwen3_moe", "device": "cpu", "torchrun_rows": "skip"}
+            run_id = (await call(client, "start_run", workflow="add-moe-model", options=options))["data"]["run_id"]
+            explained = (await call(client, "explain", run_id=run_id))["data"]
+            keys = [q["key"] for q in explained["pending"]]
+            assert keys == ["branch", "commit"] and all("a human only" in q["who"] for q in explained["pending"])
+            assert [q["key"] for q in json.loads(cli("status", run_id, "--json", state_dir=state).stdout)["pending"]
+                    ] == keys
+            assert all(any(f"'{k}'" in reason for k in keys) for reason in explained["blocking_next_phase"])
+            refused = await call(client, "answer", run_id=run_id, key="branch", value="current")
+            assert refused["status"] == "refused" and "waiting for a human" in refused["message"]
+            answered = cli("resume", run_id, "--answer", "branch=new", "--answer", "commit=never", "--no-advance",
+                           state_dir=state)
+            assert answered.returncode == 0, answered.stderr
+            explained = (await call(client, "explain", run_id=run_id))["data"]
+            assert explained["pending"] == [] and explained["blocking_next_phase"] == []
+            assert explained["why"] == "phase preflight is ready to run; call advance"
+            return run_id
+
+    run_id = anyio.run(scenario)
+    assert store.read_state(run_id)["answers"] == {"branch": "new", "commit": "never"}
+    assert cli("audit", run_id, state_dir=state).returncode == 0
+
+
+FOUR_MODELS = ("qwen3_moe", "granitemoe", "hunyuan_v1_moe", "glm4_moe")
+EDIT = {"path": "torchtitan/experiments/transformers_modeling_backend/moe_replacement.py",
+        "old_string": "from functools import partial\n",
+        "new_string": "from functools import partial  # read by the agent\n"}
+
+
+@pytest.mark.slow
+def test_four_add_moe_runs_advanced_at_once_over_stdio_all_complete_and_audit(tmp_path: Path) -> None:
+    """Four real add-moe-model runs through one `orchestrator mcp` and one real client, every call sent for all
+    four at once: starts, the agent's edits (which the forbidden-calls guard then reads as an AST at every advance),
+    advances until each run is done or waits on its findings. A person answers the human-only questions with the
+    CLI as soon as they are asked. Every call answers, every notification carries a total, every trail audits."""
+    from mcp import Client, StdioServerParameters
+
+    state = tmp_path / "state"
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=dict(os.environ),
+                                   args=["-m", "orchestrator.cli", "mcp", "--state-dir", str(state)])
+    progress: list[tuple[float, float | None, str]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message or ""))
+
+    async def at_once(calls: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        answers: dict[str, dict[str, Any]] = {}
+
+        async def one(key: str, call_: Any) -> None:
+            answers[key] = answer_of(await call_)
+
+        async with anyio.create_task_group() as group:
+            for key, call_ in calls.items():
+                group.start_soon(one, key, call_)
+        return answers
+
+    def person_answers(run_id: str, *answers: str) -> None:
+        done = cli("resume", run_id, *[a for pair in answers for a in ("--answer", pair)], "--no-advance",
+                   state_dir=state)
+        assert done.returncode in (0, 3), done.stderr
+
+    async def scenario() -> dict[str, dict[str, Any]]:
+        async with Client(params, read_timeout_seconds=1800) as client:
+            options = {"device": "cpu", "torchrun_rows": "skip"}
+            started = await at_once({m: client.call_tool("start_run", {"workflow": "add-moe-model", "options": {
+                **options, "model": f"type:{m}"}}) for m in FOUR_MODELS})
+            runs = {m: a["data"]["run_id"] for m, a in started.items()}
+            for run_id in runs.values():
+                person_answers(run_id, "branch=current", "commit=never")
+            ended: dict[str, dict[str, Any]] = {}
+            for round_ in range(12):
+                live = {m: r for m, r in runs.items() if m not in ended}
+                if not live:
+                    break
+                if round_ == 1:  # in the probe now, where the experiment folder may be edited
+                    edits = await at_once({m: client.call_tool("edit_file", {"run_id": r, **EDIT})
+                                           for m, r in live.items()})
+                    assert [e["status"] for e in edits.values()] == ["ok"] * len(live), edits
+                moved = await at_once({m: client.call_tool("advance", {"run_id": r}, progress_callback=on_progress)
+                                       for m, r in live.items()})
+                for model, answer in moved.items():
+                    assert answer["status"] in ("ok", "waiting_for_human"), answer
+                    data = answer["data"]
+                    if [q["key"] for q in data["pending"]] == ["unrun_rows"]:
+                        person_answers(runs[model], "unrun_rows=accept")
+                    elif data["status"] == "done" or data["awaiting"] in ("agent", "human"):
+                        ended[model] = data
+            return ended
+
+    ended = anyio.run(scenario)
+    assert set(ended) == set(FOUR_MODELS) and ended["qwen3_moe"]["status"] == "done", ended
+    assert all(d["status"] != "failed" for d in ended.values()), ended
+    for data in ended.values():
+        assert cli("audit", data["run_id"], state_dir=state, timeout=300).returncode == 0
+    assert progress and [(t, m) for _, t, m in progress if t is None or "| phase step " not in m] == []
+    assert any(re.search(r"ETA \d", m) for _, _, m in progress), progress

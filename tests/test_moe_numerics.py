@@ -183,6 +183,9 @@ class _Ctx:
     def progress(self, message: str) -> None:
         pass
 
+    def plan(self, steps: int) -> None:
+        pass
+
     def result(self, phase_name: str, model: Any) -> Any:
         return model.model_validate(self.results[phase_name])
 

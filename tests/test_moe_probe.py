@@ -287,6 +287,9 @@ class PhaseContextStub:
     def progress(self, message: str) -> None:
         pass
 
+    def plan(self, steps: int) -> None:
+        pass
+
     def call(self, worker: Any, request: Any, *, timeout_s: float = 900, label: str = "") -> Any:
         from tests.conftest import call_handle
 

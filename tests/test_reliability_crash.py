@@ -197,3 +197,24 @@ def test_a_git_lock_left_by_a_killed_command_is_cleared_before_the_phase_is_redo
     assert str(lock) in note
     repo = git.Repo(tmp_path / "lock-target")
     repo.index.add(["a.txt"])  # git writes work again
+
+
+def test_a_git_lock_left_between_phases_is_cleared_at_the_next_advance(tmp_path: Path) -> None:
+    """The survey's kill -9 flake (e2697a0): killed during a guard's `git status`, before any phase started, the
+    command left index.lock with no phase in flight; the next advance's first git write (a revert) failed with 128."""
+    state, run_id = toy_run(tmp_path, "between")
+    lock = tmp_path / "between-target" / ".git" / "index.lock"
+    lock.write_text("")
+    assert finishes_clean(state, run_id)
+    assert not lock.exists()
+    notes = [e["data"]["text"] for e in events(state, run_id) if e["type"] == "note_added"]
+    assert any(str(lock) in n and "no live process holds" in n for n in notes), notes
+
+
+def test_a_git_lock_a_live_process_holds_is_left_alone(tmp_path: Path) -> None:
+    state, run_id = toy_run(tmp_path, "held")
+    lock = tmp_path / "held-target" / ".git" / "index.lock"
+    with lock.open("w"):  # as git holds it while it writes the index
+        assert finishes_clean(state, run_id)
+        assert lock.exists()
+    assert not any(str(lock) in e["data"].get("text", "") for e in events(state, run_id))

@@ -3,33 +3,33 @@
 Each entry of ``tools.TOOLS`` becomes one MCP tool whose input schema is the tool's own
 argument schema (no ``anyOf``), not one inferred from a Python signature. Arguments reach
 ``tools.call_tool`` untouched, so a malformed call is refused and recorded by the same
-dispatcher our Anthropic loop uses. Handlers run in a worker thread; a phase's progress
-lines (the ones the CLI prints, the workers' steps and ETAs) become MCP progress
-notifications (when the client sent a progress token). Logs go to stderr only: stdout
-carries the protocol.
+dispatcher our Anthropic loop uses. Every call runs in a process of its own
+(``call_server``), so any number of calls may arrive at once: calls on different runs go on
+side by side, calls on one run meet at its lock. A phase's progress lines (the ones the CLI
+prints, the workers' steps and ETAs) become MCP progress notifications (when the client sent a
+progress token). Logs go to stderr only: stdout carries the protocol.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-import threading
-from typing import Any
+from typing import Any, AsyncIterator
 
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict
 
-from orchestrator.agent.tools import TOOLS, ToolSpec, call_tool
+from orchestrator.agent.call_server import CallServer
+from orchestrator.agent.tools import TOOLS, ToolSpec
 
 INSTRUCTIONS = (
     "Drive orchestrator runs: list_runs or start_run, then explain (why the run waits, what the phase found, "
     "where fixes go, which paths may be edited), fix inside the allowed paths, advance (one phase per call). "
-    "Questions for a human only are refused by answer; escalate asks a person. Every call is recorded."
+    "Calls on different runs may be sent at once; a second acting call on a run another call holds is refused "
+    "as busy. Questions for a human only are refused by answer; escalate asks a person. Every call is recorded."
 )
 _READ_ONLY = {"status", "list_runs", "read_artifact", "explain", "read_file"}
 
@@ -44,10 +44,21 @@ class _RawArguments(ArgModelBase):
 
 
 def build_server(store: Any, *, log_level: str = "WARNING") -> MCPServer:
-    """An MCPServer serving every agent tool against ``store``."""
+    """An MCPServer serving every agent tool against ``store``; its call process starts with the server."""
     session = secrets.token_hex(3)
-    tools = [_build_tool(spec, store=store, session=session) for spec in TOOLS.values()]
-    return MCPServer(name="orchestrator", instructions=INSTRUCTIONS, tools=tools, log_level=log_level)
+    calls = CallServer(store.state_dir)
+
+    @contextlib.asynccontextmanager
+    async def serving(_app: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        calls.start()  # on the event loop's thread, which lives as long as the server
+        try:
+            yield {}
+        finally:
+            calls.stop()
+
+    tools = [_build_tool(spec, calls=calls, session=session) for spec in TOOLS.values()]
+    return MCPServer(name="orchestrator", instructions=INSTRUCTIONS, tools=tools, log_level=log_level,
+                     lifespan=serving)
 
 
 def serve_stdio(store: Any) -> None:
@@ -55,12 +66,10 @@ def serve_stdio(store: Any) -> None:
     build_server(store).run("stdio")
 
 
-def _build_tool(spec: ToolSpec, *, store: Any, session: str) -> Tool:
+def _build_tool(spec: ToolSpec, *, calls: CallServer, session: str) -> Tool:
     async def handle(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
         call_id = f"mcp-{session}-{_request_id(ctx)}"
-        progress = _progress_sender(ctx)
-        result = await anyio.to_thread.run_sync(
-            lambda: call_tool(spec.name, arguments, store=store, call_id=call_id, progress=progress))
+        result = await calls.call(spec.name, arguments, call_id=call_id, on_progress=_progress_sender(ctx))
         return CallToolResult(content=[TextContent(type="text", text=block) for block in result.blocks()],
                               structured_content=result.model_dump(mode="json"), is_error=result.is_error)
 
@@ -70,22 +79,39 @@ def _build_tool(spec: ToolSpec, *, store: Any, session: str) -> Tool:
 
 
 def _progress_sender(ctx: Context) -> Any:
-    """A callback that sends each progress line the CLI prints as an MCP progress notification (the client
-    must send a progress token: MCP sends none otherwise). Call it from the event loop's async context: lines
-    come from the tool's thread and from the threads that read worker logs, so it holds the loop's token."""
-    token, lock, count = anyio.lowlevel.current_token(), threading.Lock(), 0
+    """Sends each progress line of the call as an MCP progress notification (the client must send a progress
+    token: MCP sends none otherwise): ``progress`` is the steps finished in the call, ``total`` its planned steps
+    (None where the phase cannot know them), the message the line the CLI prints, with the step and the ETA."""
+    track = _CallProgress()
 
-    def send(message: str) -> None:
-        nonlocal count
-        with lock:
-            count += 1
-            sent = count
+    async def send(line: dict[str, Any]) -> None:
+        value, total = track.place(line)
         try:
-            anyio.from_thread.run(ctx.report_progress, sent, None, message, token=token)
+            await ctx.report_progress(value, total, line.get("text") or line.get("message", ""))
         except Exception:  # noqa: BLE001 (progress is best effort: a closed stream must not fail the tool)
             pass
 
     return send
+
+
+class _CallProgress:
+    """Where a call stands over the phases it runs (``submit`` of a candidate runs several): each phase's steps
+    add to those of the phases before it. MCP wants ``progress`` to rise with every notification, so a line that
+    finished nothing new moves it by a ten-thousandth of a step."""
+
+    NUDGE = 1e-4
+
+    def __init__(self) -> None:
+        self.before, self.phase, self.extent, self.sent = 0.0, None, 0.0, 0.0
+
+    def place(self, line: dict[str, Any]) -> tuple[float, float | None]:
+        if line.get("phase") != self.phase:
+            self.before, self.phase, self.extent = self.before + self.extent, line.get("phase"), 0.0
+        done, total = float(line.get("done") or 0.0), line.get("total")
+        self.extent = max(self.extent, done if total is None else float(total))
+        value = max(self.before + done, self.sent + self.NUDGE)
+        self.sent = value
+        return value, (None if total is None else self.before + total)
 
 
 def _request_id(ctx: Context) -> str:

@@ -229,6 +229,9 @@ def start_run(args: StartRunArgs, env: ToolEnv) -> ToolResult:
     from orchestrator import engine
 
     outcome = engine.start(args.workflow, args.options, store=env.store, actor="agent")
+    if outcome.state["awaiting"] == "human":  # questions known at start (e.g. add-moe-model's branch and commit)
+        return state_result(outcome.state, lead=f"started run {outcome.run_id}; before its first advance it waits for "
+                                                "a person's answers to the questions explain lists")
     return state_result(outcome.state, lead=f"started run {outcome.run_id}; call explain, then advance")
 
 

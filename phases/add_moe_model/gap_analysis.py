@@ -29,6 +29,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     rows = current_rows(ctx)
     if not rows:
         rows.append(record_baseline(ctx))
+    ctx.plan(planned_calls(rows))
     for recipe_builder, label in recipe_sequence():
         if rows[-1]["max_diff"] == 0.0:
             break
@@ -53,6 +54,13 @@ def reconcile(ctx: PhaseContext) -> PhaseResult:
     ledger.revert_all(ctx)
     ctx.note("gap analysis interrupted: reverted its open patches and started over", kind="decision")
     return run(ctx)
+
+
+def planned_calls(rows: list[dict[str, Any]]) -> int:
+    """At most one measurement per built-in recipe not measured yet, and the kernel check: fewer when a recipe does
+    not apply or closes the gap."""
+    labels = {r["label"] for r in rows}
+    return sum(label not in labels for _, label in recipe_sequence()) + ("+kernel align" not in labels)
 
 
 def current_rows(ctx: PhaseContext) -> list[dict[str, Any]]:
@@ -111,6 +119,7 @@ def ledger_row(ctx: PhaseContext, *, label: str, patch_id: str, description: str
 def take_patch(ctx: PhaseContext, args: Any, tool_call_id: str | None) -> None:
     """The ``patch`` row's check: the ledger applies the agent's patch; its row is measured and built as a recipe's."""
     applied = ledger.accept_patch(ctx, args, tool_call_id)
+    ctx.plan(1)
     ledger_row(ctx, label=args.label, patch_id=applied["patch_id"], description="agent patch")
 
 

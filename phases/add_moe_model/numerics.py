@@ -88,6 +88,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
         return PhaseResult(outcome="failed", summary=shortfall, data={"code": "insufficient_memory"})
     measured = snapshot_experiment(ctx.target, ctx.base["commit"])
     request = build_request(entry, options=ctx.options)
+    ctx.plan(planned_calls(ctx))
     ctx.progress(f"{request['model_type']} in {', '.join(request['dtypes'])}")
     answer = call_compare(ctx, request)
     results = [CompareResult.model_validate(r) for r in answer["results"]]
@@ -98,6 +99,15 @@ def run(ctx: PhaseContext) -> PhaseResult:
     probe = ctx.result("probe", Probe) if "probe" in ctx.results else None
     result = pretrained.attach(ctx, tree_scripts.attach(ctx, decide(results, probe=probe)))
     return with_snapshot(result, measured)
+
+
+def planned_calls(ctx: PhaseContext) -> int:
+    """The comparison, the tree's own script where the target ships it, and with ``--weights`` the pretrained test
+    (and the tree's pretrained script)."""
+    calls = 1 + (ctx.target / tree_scripts.NE_PATH).is_file()
+    if ctx.options.get("weights"):
+        calls += 1 + (ctx.target / pretrained.NEP_PATH).is_file()
+    return calls
 
 
 def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:

@@ -59,11 +59,13 @@ SKIPPED = "not run: --torchrun-rows skip (build check only; `orchestrator run` r
 def run(ctx: PhaseContext) -> PhaseResult:
     asked = rows_asked_about(ctx)
     if asked is not None:
+        ctx.plan(0)
         ctx.progress("unrun rows accepted: the build check and rows the question was asked about stand "
                      "(the target is unchanged since)")
         return outcome(ctx, asked)
     entry = ctx.result("synthetic_config", Synthetic).entry
     request = {"model_type": entry["model_type"], "config_kwargs": entry}
+    ctx.plan(2)  # the build check and the trainer assets; the torchrun rows this machine runs are known after them
     checks = ctx.call(BUILD_CHECK, request, label="sharding build check").model_dump()["results"]
     for check in checks:
         if declared_unsupported(check):
@@ -75,6 +77,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     ngpu, fsdp = assets["cuda_devices"], assets["fsdp"]
     python = ctx.options.get("python") or sys.executable
     handed = handed_back_rows(ctx)
+    ctx.plan(2 + sum(runs_here(ctx, row, ngpu) for row in matrix(ngpu) if row.config not in handed))
     rows = [handed.get(row.config) or settle_row(ctx, row, paths, python=python, ngpu=ngpu, fsdp=fsdp)
             for row in matrix(ngpu)]
     ctx.write_artifact("parallelism.json", json.dumps({"gpus": ngpu, "fsdp": fsdp, "rows": rows}, indent=2) + "\n")
@@ -135,7 +138,7 @@ def settle_row(ctx: PhaseContext, row: Row, paths: TrainerPaths, *, python: str,
     shown = shlex.join(command)
     if ctx.options.get("torchrun_rows") == "skip":
         return {**base_record(row, shown), "status": "UNRUN", "error": SKIPPED, "root_cause": ""}
-    if row.world_size <= ngpu:
+    if runs_here(ctx, row, ngpu):
         return run_row(ctx, row, command, fsdp=fsdp)
     where = f"needs {row.world_size} GPU(s), this machine has {ngpu}"
     if row.world_size > 1 and not fsdp["ok"]:
@@ -146,16 +149,21 @@ def settle_row(ctx: PhaseContext, row: Row, paths: TrainerPaths, *, python: str,
     return {**base_record(row, shown), "status": "UNRUN", "error": where, "root_cause": ""}
 
 
+def runs_here(ctx: PhaseContext, row: Row, ngpu: int) -> bool:
+    """Whether this machine runs ``row`` now (a step of the phase)."""
+    return ctx.options.get("torchrun_rows") != "skip" and row.world_size <= ngpu
+
+
 def run_row(ctx: PhaseContext, row: Row, command: list[str], *, fsdp: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.worker import worker_env
 
-    ctx.progress(f"torchrun {row.config} on {row.world_size} GPU(s)")
-    try:
-        done = subprocess.run(command, cwd=ctx.target, env=worker_env(ctx.target), capture_output=True, text=True,
-                              timeout=ROW_TIMEOUT_S)
-        returncode, log = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode, log = 124, f"{exc.stdout or ''}{exc.stderr or ''}\nTIMEOUT after {ROW_TIMEOUT_S} s\n"
+    with ctx.step(f"torchrun {row.config} on {row.world_size} GPU(s)"):
+        try:
+            done = subprocess.run(command, cwd=ctx.target, env=worker_env(ctx.target), capture_output=True,
+                                  text=True, timeout=ROW_TIMEOUT_S)
+            returncode, log = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as exc:
+            returncode, log = 124, f"{exc.stdout or ''}{exc.stderr or ''}\nTIMEOUT after {ROW_TIMEOUT_S} s\n"
     name = ctx.write_artifact(f"parallelism/{row.slug}.log", log)
     return row_from_run(row, command=shlex.join(command), returncode=returncode, log=log, log_name=name, fsdp=fsdp,
                         target=Path(ctx.target))

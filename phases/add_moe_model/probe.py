@@ -26,6 +26,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     except ModelSourceError as exc:
         return PhaseResult(outcome="failed", summary=str(exc),
                            issues=(Issue(code=exc.code, message=str(exc), fix_location="MODEL option"),))
+    ctx.plan(1)
     ctx.progress(f"probing {source.model_id} ({source.kind}) on {ctx.target}")
     response = ctx.call(PROBE, ProbeRequest(source=source), label="probe")
     if response.report is None:

@@ -32,6 +32,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     except ModelSourceError as exc:
         return PhaseResult(outcome="failed", summary=str(exc))
     request = {"source": source.model_dump(mode="json"), "probe_min_layers": probe.min_layers_needed}
+    ctx.plan(1)
     answer = ctx.call(SYNTHETIC, request, label="synthetic_config")
     entry, checks = answer.entry, list(answer.checks)
     if checks:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.jobs import JOB, JobRecord
 from orchestrator.ledger import PatchRefused, patch_row
 from orchestrator.workflow import PhaseSpec, Workflow
-from phases.add_moe_model import rules
+from phases.add_moe_model import preflight, rules
 from phases.add_moe_model.parallelism import ROW_KIND
 from phases.add_moe_model.records import (CommitRecord, GapAnalysis, GapRow, NeEntryWritten, Numerics, Parallelism,
                                           Preflight, Probe, Remeasure, Synthetic, TorchrunRow, TreeScriptRecord)
@@ -85,7 +85,7 @@ WORKFLOW = Workflow(
     templates="add_moe_model",
     phases=(
         PhaseSpec(name="preflight", module="phases.add_moe_model.preflight", title="branch and commit choice",
-                  returns=Preflight),
+                  returns=Preflight, asks=preflight.QUESTIONS),
         PhaseSpec(name="probe", module="phases.add_moe_model.probe", title="compatibility probe (meta device)",
                   gates=("preflight_answered",), allowed_paths=(EXP,), agent_notes=NOTES["probe"], returns=Probe),
         PhaseSpec(name="synthetic_config", module="phases.add_moe_model.synthetic_config",

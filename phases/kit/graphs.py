@@ -103,7 +103,7 @@ def build_shape_pass(
 
         eta = Eta(len(tokens))
         for n in tokens:
-            report(f"graph count: fwd+bwd at {n} tokens ({eta.describe()})")
+            eta.report(f"graph count: fwd+bwd at {n} tokens")
             workload = harness.build(tokens=n, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
             workload.step()
             report(f"graph count: no_grad forward at {n} tokens")

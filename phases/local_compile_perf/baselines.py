@@ -29,6 +29,7 @@ from phases.local_compile_perf.workers import CONFIRM, TRAPS
 
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
+    ctx.plan(3)  # the traps, the baselines, and the GEMM rate where the eager step has attention
     traps = ctx.call(TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device),
                      label="traps").model_dump(mode="json")
     failed = [f for f in traps["findings"] if f["status"] != "pass"]

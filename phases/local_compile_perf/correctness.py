@@ -38,6 +38,7 @@ NOT_COVERED = {"pp": "not in the harness", "ac": "recipe AC mode is the harness'
 
 def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
+    ctx.plan(2)
     prepared = cand.prepared
     tokens = plan.correctness_tokens
     ref_file = Path(prepared.candidate_checkout).parent / f"{prepared.name}-reference.pt"

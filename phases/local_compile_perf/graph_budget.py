@@ -30,6 +30,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     prepared = cand.prepared
     regions = prepared.tree_regions
     request = GraphBudgetRequest(harness=plan.harness, device=plan.device, regions=tuple(regions), tokens=plan.tokens)
+    ctx.plan(3)  # the graph count, then the TP/EP build check of the candidate and (where it fails) of the stack
     try:
         count = ctx.call(*in_checkout(prepared.candidate_checkout, GRAPH_BUDGET, request),
                          label="graph budget").model_dump(mode="json")

@@ -30,6 +30,7 @@ def tb_per_s(tbs: float) -> str:
 
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
+    ctx.plan(1 if plan.kind == "hf" else 2)  # the bandwidth, and the glue ops of a torchtitan tree
     bw = ctx.call(BANDWIDTH, BandwidthRequest(device=plan.device), label="bandwidth").model_dump(mode="json")
     ctx.record_measurement(name="bandwidth_tbs", unit="TB/s", samples=[bw["tbs"]],
                            provenance={"command": f"{BANDWIDTH.ref} device={plan.device}",

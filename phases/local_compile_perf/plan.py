@@ -66,6 +66,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     from phases.local_compile_perf.work.probe import TargetProbeRequest
     from phases.local_compile_perf.workers import PROBE
 
+    ctx.plan(1)
     probe = ctx.call(PROBE, TargetProbeRequest(harness=opts["harness"], device=opts["device"]),
                      label="probe").model_dump(mode="json")
     sizes = resolve_sizes(opts, probe["device"])

@@ -39,6 +39,7 @@ def judge(stack: Cell, cand: Cell, metric: str = "wall_ms", *, cuda: bool) -> Ju
 
 def run(ctx: PhaseContext) -> PhaseResult:
     plan, cand = ctx.result("plan", Plan), current(ctx)
+    ctx.plan(2)
     medians = screen(ctx, plan, cand)
     rows = confirm(ctx, plan, cand)
     numbers: dict[str, Any] = {"screen_medians_ms": medians, "rows": [r.slim().model_dump(mode="json") for r in rows]}

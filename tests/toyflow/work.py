@@ -3,6 +3,7 @@ from tests.toyflow.worker_fns import SQUARE
 
 
 def run(ctx):
+    ctx.plan(1)
     answer = ctx.call(SQUARE, {"n": 7, "mode": ctx.options["worker"], "sleep": ctx.options["sleep"],
                                "marker": ctx.options["marker"]}).model_dump()
     ctx.write_artifact("square.json", f'{{"square": {answer["square"]}}}\n')

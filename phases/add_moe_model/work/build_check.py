@@ -74,9 +74,10 @@ def build_check(request: dict[str, Any]) -> dict[str, Any]:
     results = []
     with tempfile.TemporaryDirectory(prefix="hf_cfg_") as cfg_dir:
         save_synthetic_config(req.model_type, req.config_kwargs, cfg_dir)
-        for ws in req.world_sizes:
+        for step, ws in enumerate(req.world_sizes, start=1):
             tp, ep = layouts[ws]
-            report(f"{req.model_type}: sharding check world_size={ws} tp={tp} ep={ep}")
+            report(f"{req.model_type}: sharding check world_size={ws} tp={tp} ep={ep}", step=step,
+                   total=len(req.world_sizes))
             results.append(check_world(cfg_dir, world_size=ws, tp=tp, ep=ep, parallelize=req.parallelize))
     return BuildCheckResult(model_type=req.model_type, results=results, versions=collect_versions()).model_dump()
 

@@ -134,8 +134,8 @@ def _run(req: CompareRequest, dtypes: list[str]) -> list[CompareResult]:
         rt = RoundTrip(status="SKIP", error="not run: the comparison's models could not be built (the row's error)")
         return [_error_result(base, dtype, exc, roundtrip=rt) for dtype in dtypes]
     results = []
-    for dtype in dtypes:
-        report(f"{req.model_type}: comparing in {dtype} on {bench.device}")
+    for step, dtype in enumerate(dtypes, start=1):
+        report(f"{req.model_type}: comparing in {dtype} on {bench.device}", step=step, total=len(dtypes))
         try:
             results.append(_compare_one(bench, req, dtype=dtype))
         except Exception as exc:  # noqa: BLE001

@@ -240,7 +240,7 @@ def measure_glue_worker(request: dict) -> dict:
     for (region, _shapes), entry in calls.items():
         index[region] = index.get(region, 0) + 1
         op = region if per_region[region] == 1 else f"{region}#{index[region]}"
-        report(f"timing glue op {op} ({eta.describe()})")
+        eta.report(f"timing glue op {op}")
         ops.append(measure_glue_op(op, region, entry, slots[region], device=req.device,
                                    warmup=req.timing.warmup, iters=req.timing.iters))
         eta.step_done()

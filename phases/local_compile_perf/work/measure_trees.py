@@ -124,8 +124,7 @@ def confirm_variants_worker(request: dict) -> dict:
         eta = Eta(len(orders) * len(by_name))
         for index, order in enumerate(orders):
             for name in order:
-                report(f"fresh process {index + 1}/{req.runs} of {name} at {list(by_name[name].tokens)} tokens "
-                       f"({eta.describe()})")
+                eta.report(f"fresh process {index + 1}/{req.runs} of {name} at {list(by_name[name].tokens)} tokens")
                 runs[name].append(_run_in(by_name[name], commands[name], index=index, poll=poll,
                                           timeout_s=req.timeout_s, run_once=run_once))
                 eta.step_done()

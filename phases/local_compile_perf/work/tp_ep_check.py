@@ -195,7 +195,7 @@ def run_rank(harness: Any, req: ParallelCheckRequest, *, rank: int, tokens: tupl
     try:
         with fake_rank(rank, req.world_size) as mesh:
             for step, n in enumerate(tokens):
-                report(f"TP/EP build check: {who} fwd+bwd at {n} tokens ({eta.describe()})")
+                eta.report(f"TP/EP build check: {who} fwd+bwd at {n} tokens")
                 workload = harness.build(tokens=n, device="cpu", dtype=torch.bfloat16, seed=req.seed + step)
                 exchanges = parallelize_layers(workload.layers, mesh, rank=rank, tp=req.tp, ep=req.ep)
                 if zero_tokens and not starve_rank(workload.layers, rank=rank, ep=req.ep):
