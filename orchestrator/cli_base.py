@@ -66,9 +66,13 @@ def run_command(func: Callable[..., int | None], settings: Settings, params: dic
     except (OrchestratorError, OSError) as exc:
         exit_with_error(settings, exc)
     except KeyboardInterrupt as exc:
-        name = getattr(exc, "signal_name", "SIGINT")
-        print(f"stopped by {name}; the trail records it and keeps everything recorded so far "
-              "(`orchestrator advance` picks up the interrupted phase)", file=sys.stderr)
+        name, seq = getattr(exc, "signal_name", "SIGINT"), getattr(exc, "recorded_seq", None)
+        if seq is None:
+            print(f"stopped by {name}; nothing was recorded of the stop (no phase was running); what the trail held "
+                  "before stays as it was", file=sys.stderr)
+        else:
+            print(f"stopped by {name}; the trail records it (command_interrupted seq {seq}) and keeps everything "
+                  "recorded so far (`orchestrator advance` picks up the interrupted phase)", file=sys.stderr)
         sys.exit(143 if name == "SIGTERM" else 130)
     sys.exit(code or EXIT_OK)
 

@@ -299,8 +299,9 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
             for hook in workflow.after_phase:
                 hook(ctx)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (the CLI turns it into CommandStopped)
-        run.append(ev.CommandInterrupted(signal=getattr(exc, "signal_name", "SIGINT"), command_phase=name),
-                   phase=name)
+        stopped = run.append(ev.CommandInterrupted(signal=getattr(exc, "signal_name", "SIGINT"), command_phase=name),
+                             phase=name)
+        exc.recorded_seq = stopped["seq"]  # the CLI says the trail records the stop only when it does
         raise
     except WorkerFailed as exc:
         result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message.splitlines()[0]}",
