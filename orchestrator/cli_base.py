@@ -27,15 +27,22 @@ _FLAGS = {"--json": "as_json", "--debug": "debug"}
 class Settings:
     """The options every command takes (``--json``, ``--state-dir``, ``--debug``) and what follows from them."""
 
-    def __init__(self, *, as_json: bool, state_dir: str | None, debug: bool) -> None:
+    def __init__(self, *, as_json: bool, state_dir: str | None, debug: bool, acting_as: str | None = None) -> None:
         self.as_json = as_json
         self.state_dir = Path(state_dir or os.environ.get("ORCHESTRATOR_STATE_DIR") or DEFAULT_STATE_DIR)
         self.debug = debug or os.environ.get("ORCHESTRATOR_DEBUG") == "1"
+        self.acting_as = acting_as
 
     def store(self) -> Any:
+        """The runs; what a person does through this command is recorded as theirs (``--as NAME`` beside the
+        OS user and host)."""
         from orchestrator.trail.store import RunStore
 
-        return RunStore(self.state_dir)
+        if self.acting_as is None:
+            return RunStore(self.state_dir)
+        from orchestrator.trail.identity import person
+
+        return RunStore(self.state_dir, who={"human": person(self.acting_as)})
 
     def progress(self) -> Callable[[str], None]:
         if self.as_json:

@@ -74,16 +74,20 @@ def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor:
         raise UsageError(f"start options {', '.join(sorted(prepared.answers))} answer questions only a person may "
                          "answer; a person starts this run with `orchestrator start`")
     from orchestrator.git import capture_base
+    from orchestrator.inputs import keep_copies, record_inputs
 
     base = capture_base(prepared.target)
+    inputs, copies = record_inputs(prepared.options, record_path=store.record_path)
     run_id = new_run_id(workflow.name)
     store.create_run(run_id, ev.RunStarted(
-        workflow=workflow.name, target=str(Path(prepared.target).resolve()),
-        options=json_safe(prepared.options), base=base, initial_phase=workflow.initial))
-    if prepared.answers:
+        workflow=workflow.name, target=store.record_path(prepared.target), options=json_safe(prepared.options),
+        inputs=[ev.InputFile(**entry) for entry in inputs], base=base, initial_phase=workflow.initial), actor=actor)
+    if prepared.answers or copies:
         with store.open_run(run_id) as run:
-            run.append_many([ev.AnswerAccepted(key=key, value=value) for key, value in prepared.answers.items()],
-                            actor="human")
+            keep_copies(run, copies)
+            if prepared.answers:
+                run.append_many([ev.AnswerAccepted(key=key, value=value)
+                                 for key, value in prepared.answers.items()], actor="human")
     return Outcome(run_id=run_id, state=store.read_state(run_id), exit_code=EXIT_OK)
 
 

@@ -59,8 +59,9 @@ def _build_tool(spec: ToolSpec, *, store: Any, session: str) -> Tool:
     async def handle(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
         call_id = f"mcp-{session}-{_request_id(ctx)}"
         progress = _progress_sender(ctx)
+        who = _client_of(ctx)
         result = await anyio.to_thread.run_sync(
-            lambda: call_tool(spec.name, arguments, store=store, call_id=call_id, progress=progress))
+            lambda: call_tool(spec.name, arguments, store=store, call_id=call_id, progress=progress, who=who))
         return CallToolResult(content=[TextContent(type="text", text=block) for block in result.blocks()],
                               structured_content=result.model_dump(mode="json"), is_error=result.is_error)
 
@@ -86,6 +87,15 @@ def _progress_sender(ctx: Context) -> Any:
             pass
 
     return send
+
+
+def _client_of(ctx: Context) -> dict[str, Any]:
+    """The agent as the MCP client named itself in its initialize request (clientInfo), for the trail's ``by``."""
+    from orchestrator.trail.identity import mcp_client
+
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    return mcp_client(getattr(info, "name", None), getattr(info, "version", None))
 
 
 def _request_id(ctx: Context) -> str:
