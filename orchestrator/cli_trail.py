@@ -138,7 +138,6 @@ def _audit_one(store: Any, run_id: str, *, pin: Any, schema: bool, anchor: bool,
 
 def audit_payload(run_id: str, audit: Any, pin: Any) -> dict[str, Any]:
     """One run's audit as ``--json`` gives it."""
-    from orchestrator.show import actors
     from orchestrator.trail.signing import describe, key_id
 
     signer = audit.signer and {**audit.signer, "key_id": key_id(audit.signer["public_key"]),
@@ -146,18 +145,18 @@ def audit_payload(run_id: str, audit: Any, pin: Any) -> dict[str, Any]:
     pinned = pin and {"source": pin.source, "public_key": pin.public_key, "holder": pin.holder,
                       "key_id": key_id(pin.public_key)}
     return {"run_id": run_id, "ok": not audit.findings, "signed_by": audit.signed_by, "signer": signer,
-            "pinned": pinned, "notes": audit.notes, "actors": actors(audit.events),
+            "pinned": pinned, "notes": audit.notes, "actors": audit.actors,
             "findings": [{"seq": f.seq, "check": f.check, "message": f.message} for f in audit.findings]}
 
 
 def audit_text(run_id: str, audit: Any, *, pin: Any, checked: list[str]) -> str:
     """The findings, the verdict, the notes and who acted, as a person reads them."""
-    from orchestrator.show import actors, seqs_text
+    from orchestrator.show import seqs_text
 
     lines = [f"seq {f.seq if f.seq is not None else '-':>6}  {f.check:18} {f.message}" for f in audit.findings]
     lines.append(_verdict(run_id, audit, pin=pin, checked=checked))
     lines += [f"note: {note}" for note in audit.notes]
-    acted = actors(audit.events)
+    acted = audit.actors
     if acted:
         lines.append("acted (as the process that wrote each act said of itself: self-reported, not authenticated; "
                      f"`orchestrator show {run_id}` lists every act):")

@@ -14,7 +14,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from orchestrator.trail.identity import label, process_label
+from orchestrator.trail.identity import actors, label, process_label
 
 MAX_TEXT = 160
 
@@ -36,21 +36,6 @@ def acts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             act["after_question"] = {"seq": question["seq"], "seconds": _seconds(question["ts"], event["ts"])}
         found.append(act)
     return found
-
-
-def actors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per distinct person or agent: its label, kind and the seqs of its acts."""
-    rows: dict[str, dict[str, Any]] = {}
-    for event in events:
-        actor = event.get("actor")
-        if actor == "engine":
-            continue
-        who = event.get("who")
-        name = label(who, str(actor))
-        row = rows.setdefault(name, {"label": name, "kind": who.get("kind") if isinstance(who, dict) else None,
-                                     "actor": actor, "seqs": []})
-        row["seqs"].append(event.get("seq"))
-    return list(rows.values())
 
 
 def seqs_text(seqs: list[int]) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.trail.identity import actors
 from orchestrator.trail.inspector import Finding, inspect_trail
 from orchestrator.trail.snapshot import replay
 from orchestrator.trail.trail_io import ARTIFACTS, SNAPSHOT, resolved_path
@@ -28,8 +29,8 @@ class Audit:
     """What is wrong with nothing but worth saying (an anchor that lags the log's signed head)."""
     signer: dict[str, Any] | None = None
     """The public key the run's genesis names (None: a legacy HMAC run, or a trail that could not be read)."""
-    events: list[dict[str, Any]] = field(default_factory=list)
-    """The complete events read (for the caller's summaries: who acted)."""
+    actors: list[dict[str, Any]] = field(default_factory=list)
+    """Who acted: one row per person or agent with the seqs of their acts (``identity.actors``)."""
 
 
 def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: bool = True,
@@ -56,7 +57,8 @@ def audit_trail(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: b
         report = inspect_trail(run_dir, anchor=anchor, every_signature=True, witnesses=witnesses,
                                check_pin=check_pin, pin=pin)
         return Audit(findings=_audit(report, run_dir, rules=rules or {}, schema=schema, workflow=workflow),
-                     signed_by=report.signed_by, notes=report.notes, signer=report.signer, events=report.events)
+                     signed_by=report.signed_by, notes=report.notes, signer=report.signer,
+                     actors=actors(report.events))
     finally:
         gc.enable()
 

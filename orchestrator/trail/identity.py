@@ -92,6 +92,24 @@ def process_label(who: dict[str, Any] | None) -> str:
     return f"{tty}; parent: {who.get('parent') or '?'}"
 
 
+def actors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per distinct person or agent: its label, kind and the seqs of its acts."""
+    rows: dict[str, dict[str, Any]] = {}
+    last: tuple[Any, Any, dict[str, Any] | None] = (None, None, None)
+    for event in events:
+        actor = event.get("actor")
+        if actor == "engine":
+            continue
+        who = event.get("who")
+        if (actor, who) != last[:2]:  # one writer's acts come in runs: label each run once
+            name = label(who, str(actor))
+            row = rows.setdefault(name, {"label": name, "kind": who.get("kind") if isinstance(who, dict) else None,
+                                         "actor": actor, "seqs": []})
+            last = (actor, who, row)
+        last[2]["seqs"].append(event.get("seq"))
+    return list(rows.values())
+
+
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream is not None and stream.isatty())
