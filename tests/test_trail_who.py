@@ -80,18 +80,25 @@ def test_audit_names_who_acted_and_says_it_is_self_reported(answered_by_a_person
 
 
 def test_an_mcp_clients_name_and_version_are_on_its_acts(agent_env: None, toy_repo: Path, state_dir: Path) -> None:
-    from mcp import Client
+    """`orchestrator mcp` over stdio: the client's initialize request names it; the server's process is recorded
+    (its parent is the client's process, here the test)."""
+    import os
+    import sys
+
+    from mcp import Client, StdioServerParameters
     from mcp_types import Implementation
 
     from orchestrator import engine
-    from orchestrator.agent.mcp_server import build_server
+    from tests.conftest import ROOT
 
     store = RunStore(state_dir)
     run_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red"}, store=store).run_id
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=dict(os.environ),
+                                   args=["-m", "orchestrator.cli", "mcp", "--state-dir", str(state_dir)])
 
     async def scenario() -> None:
-        async with Client(build_server(store), client_info=Implementation(name="audit-client", version="9.9.1")) \
-                as client:
+        async with Client(params, read_timeout_seconds=120,
+                          client_info=Implementation(name="audit-client", version="9.9.1")) as client:
             for _ in range(3):
                 await client.call_tool("advance", {"run_id": run_id})
             await client.call_tool("write_file", {"run_id": run_id, "path": "allowed/fixed.txt", "content": "ok\n"})
@@ -100,6 +107,7 @@ def test_an_mcp_clients_name_and_version_are_on_its_acts(agent_env: None, toy_re
     acts = [e for e in store.read_events(run_id) if e["actor"] == "agent"]
     assert acts and all(e["who"]["kind"] == "agent" and e["who"]["via"] == "mcp" and
                         e["who"]["client"] == {"name": "audit-client", "version": "9.9.1"} for e in acts), acts
+    assert all(e["who"]["command"].startswith("orchestrator mcp") and "pytest" in e["who"]["parent"] for e in acts)
     shown = cli("show", run_id, state_dir=state_dir).stdout
     assert "agent MCP client audit-client 9.9.1" in shown, shown
 
