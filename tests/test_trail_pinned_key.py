@@ -150,3 +150,16 @@ def test_bad_key_input_is_one_line_and_exit_2(copied, tmp_path: Path) -> None:
                  ("--anchor-dir", str(tmp_path / "nowhere"))):
         result = audit(copied["honest"], *args, state=copy / "state")
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("archive", ["2026-11-30-add-moe-gpu", "2026-12-04-h200-lcp"])
+def test_committed_evidence_audits_with_anchor_dir_alone(archive: str) -> None:
+    """Old trails (a legacy HMAC run, whose secret travelled; an Ed25519 run with its .pub) audit through the
+    documented flag, without setting HOME or the anchor variable."""
+    from tests.evidence import unpacked
+
+    folder = unpacked(archive)
+    result = audit("--all", "--anchor-dir", str(folder / "anchors"), "--json", state=folder)
+    body = json.loads(result.stdout)
+    assert result.returncode == 0 and body["ok"] and body["runs"], body
+
