@@ -2,9 +2,10 @@
 
 The text: where the run stands (phase, status, summary, target, inputs, the key its log names), who
 acted (one line per person or agent, from the events' ``who``), every act in one line (an act is an
-event by a person or an agent; an answer says how long after its question it came), the pending
-questions, the issues, the recent events in one line each, and the artifacts. ``--seq N`` prints
-events whole (what a report's "seq N" points to). The same facts go to ``--json``.
+event by a person or an agent; an answer says how long after its question it came), the files each
+change touched, the pending questions, the issues, the recent events in one line each, and the
+artifacts. ``--seq N`` prints events whole (what a report's "seq N" points to). The same facts go
+to ``--json``.
 Nothing here verifies anything: ``orchestrator audit`` does.
 """
 
@@ -38,6 +39,32 @@ def acts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+def changes(events: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[str]]]:
+    """(event, the files it names) for every event that records files it changed: a ``files`` member (temporary
+    patches and their reverts, edits), a record's (a commit), or an agent's write_file / edit_file call (its path)."""
+    found = []
+    for event in events:
+        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        record = data.get("record") if isinstance(data.get("record"), dict) else {}
+        files = data.get("files", record.get("files"))
+        names = [str(n) for n in files] if isinstance(files, (dict, list)) else []
+        arguments = data.get("arguments") if isinstance(data.get("arguments"), dict) else {}
+        if not names and data.get("tool") in _PATH_TOOLS and isinstance(arguments.get("path"), str):
+            names = [arguments["path"]]
+        if names:
+            found.append((event, names))
+    return found
+
+
+def _change_line(event: dict[str, Any], files: list[str]) -> str:
+    who = label(event.get("who"), str(event.get("actor"))) if event.get("actor") != "engine" else "engine"
+    kind = f" {event['data'].get('kind')}" if event.get("type") == "record_added" else ""
+    return f"  seq {event.get('seq')!s:<5} {who}  {event.get('type')}{kind}: {', '.join(files)}"
+
+
+_PATH_TOOLS = ("write_file", "edit_file")
+
+
 def seqs_text(seqs: list[int]) -> str:
     shown = ", ".join(str(s) for s in seqs[:12])
     return shown + (f" and {len(seqs) - 12} more" if len(seqs) > 12 else "")
@@ -51,6 +78,8 @@ def show_text(state: dict[str, Any], events: list[dict[str, Any]], *, recent: in
               for row in actors(events)] or ["  nobody but the engine"]
     lines += ["", "acts (every event by a person or an agent)"]
     lines += [act_line(act) for act in acts(events)] or ["  none"]
+    lines += ["", "files changed (every event that names the files it changed; --seq N for blob ids and the diff)"]
+    lines += [_change_line(event, files) for event, files in changes(events)] or ["  none recorded"]
     lines += ["", "pending questions"] + (_questions(state) or ["  none"])
     lines += ["", "issues"] + ([_issue(i) for i in state.get("issues") or []] or ["  none"])
     shown = events[-recent:] if recent > 0 else []
