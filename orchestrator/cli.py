@@ -230,7 +230,7 @@ def show_cmd(settings: Settings, run_id: str, last_events: int, seqs: tuple[int,
     """Show RUN for a person: where it stands, who did what (every act), questions, issues, recent events,
     artifacts (--json: the snapshot, the recent events and the acts)."""
     from orchestrator.render import emit_json
-    from orchestrator.show import acts, show_text
+    from orchestrator.show import acts, changes, show_text
 
     store = settings.store()
     state, events = store.read_state(run_id), store.read_events(run_id)
@@ -238,7 +238,9 @@ def show_cmd(settings: Settings, run_id: str, last_events: int, seqs: tuple[int,
         return _show_events(settings, run_id, events, seqs)
     recent = events[-last_events:] if last_events > 0 else []
     if settings.as_json:
-        emit_json({"run": state, "events": recent, "acts": acts(events),
+        changed = [{"seq": e["seq"], "type": e["type"], "actor": e["actor"], "who": e.get("who"), "files": files}
+                   for e, files in changes(events)]
+        emit_json({"run": state, "events": recent, "acts": acts(events), "changes": changed,
                    "inputs": events[0]["data"].get("inputs") or [], "signer": events[0]["data"].get("signer")})
         return EXIT_OK
     print(show_text(state, events, recent=last_events, state_dir=str(store.state_dir)))
