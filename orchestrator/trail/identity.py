@@ -27,8 +27,8 @@ _PROCESS: dict[str, Any] = {}
 
 
 def process() -> dict[str, Any]:
-    """The facts of this process that every record shares (read once)."""
-    if not _PROCESS:
+    """The facts of this process that every record shares (read once per process: a forked child reads its own)."""
+    if _PROCESS.get("pid") != os.getpid():
         import getpass
         import socket
 
