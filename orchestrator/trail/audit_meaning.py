@@ -18,7 +18,6 @@ whether they follow the workflow. ``check_meaning`` replays the events against t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from orchestrator.waivers import parse_key
