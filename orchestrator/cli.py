@@ -34,21 +34,27 @@ from orchestrator.errors import EXIT_OK, EXIT_USAGE, UsageError
 
 
 def common_options(func: Callable) -> Callable:
-    """--json, --state-dir and --debug: taken before the command (by the group) and after it (by each command)."""
+    """--json, --state-dir, --as and --debug: taken before the command (by the group) and after it (by each one)."""
     func = click.option("--debug", is_flag=True, help="Show tracebacks.")(func)
+    func = click.option("--as", "acting_as", metavar="NAME", default=None,
+                        help="Your name, recorded on what you do beside the OS user and host (env ORCHESTRATOR_AS; "
+                             "self-reported, not checked).")(func)
     func = click.option("--state-dir", metavar="DIR", help="Runs live in DIR/runs (env ORCHESTRATOR_STATE_DIR).")(func)
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")(func)
 
 
-def _settings(*, as_json: bool, state_dir: str | None, debug: bool) -> Settings:
+def _settings(*, as_json: bool, state_dir: str | None, debug: bool, acting_as: str | None = None) -> Settings:
     """The command's own options merged with those given before the command (``main``'s)."""
     given = click.get_current_context().find_root().obj or {}
-    before = given.get("state_dir")
-    if state_dir is not None and before is not None and state_dir != before:
-        raise UsageError(f"--state-dir given twice: {before!r} before the command, {state_dir!r} after it; "
-                         "give it once")
-    return Settings(as_json=as_json or given.get("as_json", False), state_dir=state_dir or before,
-                     debug=debug or given.get("debug", False))
+    _given_once("--state-dir", given.get("state_dir"), state_dir)
+    _given_once("--as", given.get("acting_as"), acting_as)
+    return Settings(as_json=as_json or given.get("as_json", False), state_dir=state_dir or given.get("state_dir"),
+                    debug=debug or given.get("debug", False), acting_as=acting_as or given.get("acting_as"))
+
+
+def _given_once(option: str, before: str | None, after: str | None) -> None:
+    if after is not None and before is not None and after != before:
+        raise UsageError(f"{option} given twice: {before!r} before the command, {after!r} after it; give it once")
 
 
 def command(group: click.Group, name: str, **kwargs: Any) -> Callable:
@@ -58,8 +64,9 @@ def command(group: click.Group, name: str, **kwargs: Any) -> Callable:
         @group.command(name, **kwargs)
         @common_options
         @functools.wraps(func)
-        def wrapper(as_json: bool, state_dir: str | None, debug: bool, **params: Any) -> None:
-            run_command(func, _settings(as_json=as_json, state_dir=state_dir, debug=debug), params)
+        def wrapper(as_json: bool, state_dir: str | None, debug: bool, acting_as: str | None, **params: Any) -> None:
+            run_command(func, _settings(as_json=as_json, state_dir=state_dir, debug=debug, acting_as=acting_as),
+                        params)
 
         return wrapper
 
@@ -118,12 +125,12 @@ def _check_utf8(argv: list[str]) -> None:
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @common_options
 @click.pass_context
-def main(ctx: click.Context, as_json: bool, state_dir: str | None, debug: bool) -> None:
+def main(ctx: click.Context, as_json: bool, state_dir: str | None, debug: bool, acting_as: str | None) -> None:
     """orchestrator: torchtitan agent skills as persisted, auditable state machines.
 
-    --json, --state-dir and --debug go before the command or after it.
+    --json, --state-dir, --as and --debug go before the command or after it.
     """
-    ctx.obj = {"as_json": as_json, "state_dir": state_dir, "debug": debug}
+    ctx.obj = {"as_json": as_json, "state_dir": state_dir, "debug": debug, "acting_as": acting_as}
 
 
 _EXTRA = {"ignore_unknown_options": True, "allow_extra_args": True}
@@ -217,21 +224,42 @@ def list_cmd(settings: Settings) -> int:
 @command(main, "show")
 @click.argument("run_id")
 @click.option("--events", "last_events", default=20, show_default=True, help="How many recent events.")
-def show_cmd(settings: Settings, run_id: str, last_events: int) -> int:
-    """Show RUN's whole snapshot and its most recent events."""
+@click.option("--seq", "seqs", multiple=True, type=click.IntRange(min=0), metavar="N",
+              help="Print event N whole (repeatable): what a report's \"seq N\" points to.")
+def show_cmd(settings: Settings, run_id: str, last_events: int, seqs: tuple[int, ...]) -> int:
+    """Show RUN for a person: where it stands, who did what (every act), questions, issues, recent events,
+    artifacts (--json: the snapshot, the recent events and the acts)."""
+    from orchestrator.render import emit_json
+    from orchestrator.show import acts, changes, show_text
+
+    store = settings.store()
+    state, events = store.read_state(run_id), store.read_events(run_id)
+    if seqs:
+        return _show_events(settings, run_id, events, seqs)
+    recent = events[-last_events:] if last_events > 0 else []
+    if settings.as_json:
+        changed = [{"seq": e["seq"], "type": e["type"], "actor": e["actor"], "who": e.get("who"), "files": files}
+                   for e, files in changes(events)]
+        emit_json({"run": state, "events": recent, "acts": acts(events), "changes": changed,
+                   "inputs": events[0]["data"].get("inputs") or [], "signer": events[0]["data"].get("signer")})
+        return EXIT_OK
+    print(show_text(state, events, recent=last_events, state_dir=str(store.state_dir)))
+    return EXIT_OK
+
+
+def _show_events(settings: Settings, run_id: str, events: list[dict[str, Any]], seqs: tuple[int, ...]) -> int:
     import json
 
     from orchestrator.render import emit_json
 
-    store = settings.store()
-    state, events = store.read_state(run_id), store.read_events(run_id)
-    recent = events[-last_events:] if last_events > 0 else []
+    missing = [seq for seq in seqs if seq >= len(events)]
+    if missing:
+        raise UsageError(f"run {run_id} has no event seq {missing[0]} (its last is seq {len(events) - 1})")
+    chosen = [events[seq] for seq in seqs]
     if settings.as_json:
-        emit_json({"run": state, "events": recent})
-        return EXIT_OK
-    print(json.dumps(state, indent=2, sort_keys=True))
-    for event in recent:
-        print(f"{event['seq']:>6} {event['ts'][:19]} {event['actor']:6} {event['phase'] or '-':18} {event['type']}")
+        emit_json({"run_id": run_id, "events": chosen})
+    else:
+        print("\n".join(json.dumps(event, indent=2, sort_keys=True, ensure_ascii=False) for event in chosen))
     return EXIT_OK
 
 

@@ -27,15 +27,22 @@ _FLAGS = {"--json": "as_json", "--debug": "debug"}
 class Settings:
     """The options every command takes (``--json``, ``--state-dir``, ``--debug``) and what follows from them."""
 
-    def __init__(self, *, as_json: bool, state_dir: str | None, debug: bool) -> None:
+    def __init__(self, *, as_json: bool, state_dir: str | None, debug: bool, acting_as: str | None = None) -> None:
         self.as_json = as_json
         self.state_dir = Path(state_dir or os.environ.get("ORCHESTRATOR_STATE_DIR") or DEFAULT_STATE_DIR)
         self.debug = debug or os.environ.get("ORCHESTRATOR_DEBUG") == "1"
+        self.acting_as = acting_as
 
     def store(self) -> Any:
+        """The runs; what a person does through this command is recorded as theirs (``--as NAME`` beside the
+        OS user and host)."""
         from orchestrator.trail.store import RunStore
 
-        return RunStore(self.state_dir)
+        if self.acting_as is None:
+            return RunStore(self.state_dir)
+        from orchestrator.trail.identity import person
+
+        return RunStore(self.state_dir, who={"human": person(self.acting_as)})
 
     def progress(self) -> Callable[[Any], None]:
         """Prints each progress line (a ``progress.Update`` or a plain string) on stderr."""
@@ -68,9 +75,13 @@ def run_command(func: Callable[..., int | None], settings: Settings, params: dic
     except (OrchestratorError, OSError) as exc:
         exit_with_error(settings, exc)
     except KeyboardInterrupt as exc:
-        name = getattr(exc, "signal_name", "SIGINT")
-        print(f"stopped by {name}; the trail records it and keeps everything recorded so far "
-              "(`orchestrator advance` picks up the interrupted phase)", file=sys.stderr)
+        name, seq = getattr(exc, "signal_name", "SIGINT"), getattr(exc, "recorded_seq", None)
+        if seq is None:
+            print(f"stopped by {name}; nothing was recorded of the stop (no phase was running); what the trail held "
+                  "before stays as it was", file=sys.stderr)
+        else:
+            print(f"stopped by {name}; the trail records it (command_interrupted seq {seq}) and keeps everything "
+                  "recorded so far (`orchestrator advance` picks up the interrupted phase)", file=sys.stderr)
         sys.exit(143 if name == "SIGTERM" else 130)
     sys.exit(code or EXIT_OK)
 

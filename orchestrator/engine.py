@@ -78,13 +78,16 @@ def _start_prepared(workflow: Workflow, options: Any, *, store: RunStore, actor:
         raise UsageError(f"start options {', '.join(sorted(prepared.answers))} answer questions only a person may "
                          "answer; a person starts this run with `orchestrator start`")
     from orchestrator.git import capture_base
+    from orchestrator.inputs import keep_copies, record_inputs
 
     base = capture_base(prepared.target)
+    inputs, copies = record_inputs(prepared.options, record_path=store.record_path)
     run_id = new_run_id(workflow.name)
     store.create_run(run_id, ev.RunStarted(
-        workflow=workflow.name, target=str(Path(prepared.target).resolve()),
-        options=json_safe(prepared.options), base=base, initial_phase=workflow.initial))
+        workflow=workflow.name, target=store.record_path(prepared.target), options=json_safe(prepared.options),
+        inputs=[ev.InputFile(**entry) for entry in inputs], base=base, initial_phase=workflow.initial), actor=actor)
     with store.open_run(run_id) as run:
+        keep_copies(run, copies)
         if prepared.answers:
             run.append_many([ev.AnswerAccepted(key=key, value=value) for key, value in prepared.answers.items()],
                             actor="human")
@@ -308,8 +311,9 @@ def _run_phase(run: OpenRun, workflow: Workflow, *, progress: Progress, runner: 
             for hook in workflow.after_phase:
                 hook(ctx)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (the CLI turns it into CommandStopped)
-        run.append(ev.CommandInterrupted(signal=getattr(exc, "signal_name", "SIGINT"), command_phase=name),
-                   phase=name)
+        stopped = run.append(ev.CommandInterrupted(signal=getattr(exc, "signal_name", "SIGINT"), command_phase=name),
+                             phase=name)
+        exc.recorded_seq = stopped["seq"]  # the CLI says the trail records the stop only when it does
         raise
     except WorkerFailed as exc:
         result = PhaseResult(outcome="failed", summary=f"{name}: {exc.message.splitlines()[0]}",

@@ -314,7 +314,8 @@ def test_truncation_behind_a_witnessed_head_is_caught(tmp_path: Path) -> None:
 
 
 def test_copied_trail_audits_with_the_public_key_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A copy with its heads/ but no private key verifies, and names whose key signed."""
+    """A copy with its heads/ but no private key verifies against the signer's public key the auditor pins, and
+    names whose key signed; without a pinned key audit says what the signatures prove and does not pass it."""
     target = tmp_path / "target"
     make_repo(target, {"a.txt": "hello\n", "allowed/README": "edit here\n"})
     state = tmp_path / "state"
@@ -323,8 +324,11 @@ def test_copied_trail_audits_with_the_public_key_alone(tmp_path: Path, monkeypat
     shutil.copytree(state, copy / "state")
     heads = anchor_path(run_id, events(state, run_id)[0]["hash"]).parent
     shutil.copytree(heads, copy / "anchors" / "heads")
+    assert cli("key", "--export", str(copy / "signer.pub")).returncode == 0
     monkeypatch.setenv("ORCHESTRATOR_ANCHOR_DIR", str(copy / "anchors"))
-    audit = cli("audit", run_id, "--json", state_dir=copy / "state")
+    audit = cli("audit", run_id, "--json", "--key", str(copy / "signer.pub"), state_dir=copy / "state")
     result = json.loads(audit.stdout)
     assert audit.returncode == 0 and result["signed_by"].startswith("ed25519 key "), result
     assert not (copy / "anchors" / "trail.ed25519").exists()
+    unpinned = json.loads(cli("audit", run_id, "--json", state_dir=copy / "state").stdout)
+    assert [f["check"] for f in unpinned["findings"]] == ["key"], unpinned

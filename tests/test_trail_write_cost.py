@@ -46,6 +46,9 @@ def test_the_writer_makes_the_bytes_head_record_makes(run_id: str, prev: Head | 
     ({"small": 2.5e-05}, {"phase": "a \"phase\"\\ é\n", "run_id": "r\u2028", "actor": "a\x01"}),
     ([1, "data not an object"], {"schema_version": True}),  # not the writer's envelope: the slow path
     ({}, {"extra": {"nested": 1}}),
+    ({"key": "color"}, {"actor": "human", "who": {"kind": "person", "user": "u", "host": "h", "as": "A \"B\"",
+                                                   "tty": False, "pid": 7, "command": 'x ,"ts":" ,"hash":"',
+                                                   "parent": None}}),  # who acted: sorts last, after "type"
 ])
 def test_event_line_is_the_canonical_line_and_its_hash(data: Any, members: dict) -> None:
     event = {"schema_version": 1, "seq": 3, "ts": "2026-12-02T00:00:00+00:00", "run_id": "r", "type": "x",

@@ -106,7 +106,7 @@ def _child(conn: socket.socket, state_dir: str, *, server: int) -> int:
         request = json.loads(incoming.readline(MAX_LINE))
     try:
         result = call_tool(request["tool"], request["arguments"], store=RunStore(Path(state_dir)),
-                           call_id=request["call_id"], progress=lines.progress)
+                           call_id=request["call_id"], progress=lines.progress, who=request.get("who"))
     except BaseException as exc:  # noqa: BLE001 - a bug (recorded by call_tool) or SIGTERM: said, then logged
         traceback.print_exc()
         lines.send({"bug": f"{type(exc).__name__}: {' '.join(str(exc).split())[:2000]}"})
@@ -174,14 +174,15 @@ class CallServer:
             self.tmp.cleanup()
         self.proc = self.tmp = None
 
-    async def call(self, tool: str, arguments: dict[str, Any], *, call_id: str,
+    async def call(self, tool: str, arguments: dict[str, Any], *, call_id: str, who: dict[str, Any] | None = None,
                    on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
-        """The call's ``ToolResult``; its progress lines go to ``on_progress`` as they come."""
+        """The call's ``ToolResult``; its progress lines go to ``on_progress`` as they come. ``who``: the MCP client
+        as it named itself, recorded on the call's acts."""
         import anyio
 
         if self.proc is None or self.proc.poll() is not None:
             self.start()  # gone (killed, out of memory): a new one serves the calls from now on
-        request = json.dumps({"tool": tool, "arguments": arguments, "call_id": call_id}).encode() + b"\n"
+        request = json.dumps({"tool": tool, "arguments": arguments, "call_id": call_id, "who": who}).encode() + b"\n"
         async with await anyio.connect_unix(self.socket_path) as stream:
             await stream.send(request)
             return await _answer(stream, tool, on_progress)

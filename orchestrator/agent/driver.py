@@ -88,6 +88,9 @@ def drive(run_id: str, *, store: Any, client: Any, model: str = DEFAULT_MODEL, m
     """Loop model turns and tool calls until the run is done, waits for a human, or turns run out."""
     if max_turns < 1:
         raise UsageError(f"--max-turns must be at least 1 (got {max_turns})")
+    from orchestrator.trail.identity import anthropic_model
+
+    store = store.acting(agent=anthropic_model(model))
     state = store.read_state(run_id)
     messages: list[dict[str, Any]] = [{"role": "user", "content": _kickoff(state)}]
     log: dict[str, Any] = {"run_id": run_id, "model": model, "max_turns": max_turns, "systems": [], "turns": []}

@@ -69,7 +69,8 @@ def serve_stdio(store: Any) -> None:
 def _build_tool(spec: ToolSpec, *, calls: CallServer, session: str) -> Tool:
     async def handle(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
         call_id = f"mcp-{session}-{_request_id(ctx)}"
-        result = await calls.call(spec.name, arguments, call_id=call_id, on_progress=_progress_sender(ctx))
+        result = await calls.call(spec.name, arguments, call_id=call_id, who=_client_of(ctx),
+                                  on_progress=_progress_sender(ctx))
         return CallToolResult(content=[TextContent(type="text", text=block) for block in result.blocks()],
                               structured_content=result.model_dump(mode="json"), is_error=result.is_error)
 
@@ -112,6 +113,15 @@ class _CallProgress:
         value = max(self.before + done, self.sent + self.NUDGE)
         self.sent = value
         return value, (None if total is None else self.before + total)
+
+
+def _client_of(ctx: Context) -> dict[str, Any]:
+    """The agent as the MCP client named itself in its initialize request (clientInfo), for the trail's ``by``."""
+    from orchestrator.trail.identity import mcp_client
+
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    return mcp_client(getattr(info, "name", None), getattr(info, "version", None))
 
 
 def _request_id(ctx: Context) -> str:

@@ -94,8 +94,11 @@ class ToolSpec:
 
 
 def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
-              progress: Callable[[str], None] = lambda _m: None) -> ToolResult:
+              progress: Callable[[str], None] = lambda _m: None, who: dict[str, Any] | None = None) -> ToolResult:
     """Validate, run and record one tool call; never raises for a refused or failed call.
+
+    ``who``: the agent as its transport names it (``trail.identity``: an MCP client, our loop's model); every
+    event the call writes as the agent carries it.
 
     An exception outside the error family (a bug) is recorded as the call's outcome where the
     call names a run, and then re-raised with its traceback.
@@ -103,6 +106,8 @@ def call_tool(name: str, arguments: dict[str, Any], *, store: Any, call_id: str,
     The call is recorded on the run named by ``run_id`` (for start_run: the new run); calls
     that name no existing run (list_runs, a bad id) have no trail to go to.
     """
+    if who is not None:
+        store = store.acting(agent=who)
     env = ToolEnv(store=store, call_id=call_id, progress=progress)
     run_id = arguments.get("run_id") if isinstance(arguments.get("run_id"), str) else None
     if name in ACTING and run_id:

@@ -46,7 +46,7 @@ class Anchor:
 
 
 def anchor_path(run_id: str, genesis: str) -> Path:
-    return anchor_dir() / "heads" / f"{run_id}.{genesis[:16]}.json"
+    return signing.heads_dir() / f"{run_id}.{genesis[:16]}.json"
 
 
 def signed_body(run_id: str, genesis: str, head: Head, prev: Head | None) -> bytes:

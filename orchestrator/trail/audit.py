@@ -10,13 +10,14 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.trail.identity import actors
 from orchestrator.trail.inspector import Finding, inspect_trail
 from orchestrator.trail.snapshot import replay
-from orchestrator.trail.trail_io import ARTIFACTS, SNAPSHOT
+from orchestrator.trail.trail_io import ARTIFACTS, SNAPSHOT, resolved_path
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -26,6 +27,10 @@ class Audit:
     """Whose key signed the head (None when no signed head was checked or one did not verify)."""
     notes: list[str]
     """What is wrong with nothing but worth saying (an anchor that lags the log's signed head)."""
+    signer: dict[str, Any] | None = None
+    """The public key the run's genesis names (None: a legacy HMAC run, or a trail that could not be read)."""
+    actors: list[dict[str, Any]] = field(default_factory=list)
+    """Who acted: one row per person or agent with the seqs of their acts (``identity.actors``)."""
 
 
 def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: bool = True,
@@ -35,21 +40,25 @@ def audit_run(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: boo
 
 def audit_trail(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: bool = True,
                 workflow: Any = None, anchor: bool = True,
-                witnesses: tuple[tuple[str, bytes | None], ...] = ()) -> Audit:
+                witnesses: tuple[tuple[str, bytes | None], ...] = (), check_pin: bool = False,
+                pin: Any = None) -> Audit:
     """All findings for the run at ``run_dir``; parsing problems stop the deeper checks.
 
     ``schema=False`` skips the pydantic validation of every event (the slowest check; the
     chain already proves the lines are what the engine wrote). ``workflow`` (the run's
     Workflow) turns on the meaning checks; ``anchor=False`` skips the anchor (a run copied
-    from another machine, whose anchor stayed there).
+    from another machine, whose anchor stayed there). ``check_pin``: hold the run's signer to
+    ``pin`` (``pinning.Pin``, the auditor's key; None: none was pinned, itself a finding).
     """
     # NOTE: parsing builds millions of small containers; the cyclic GC would rescan them
     # again and again (about half the time of a 100,000-event audit) and finds no cycles.
     gc.disable()
     try:
-        report = inspect_trail(run_dir, anchor=anchor, every_signature=True, witnesses=witnesses)
+        report = inspect_trail(run_dir, anchor=anchor, every_signature=True, witnesses=witnesses,
+                               check_pin=check_pin, pin=pin)
         return Audit(findings=_audit(report, run_dir, rules=rules or {}, schema=schema, workflow=workflow),
-                     signed_by=report.signed_by, notes=report.notes)
+                     signed_by=report.signed_by, notes=report.notes, signer=report.signer,
+                     actors=actors(report.events))
     finally:
         gc.enable()
 
@@ -75,6 +84,8 @@ def _audit(report: Any, run_dir: Path, *, rules: dict[str, Any], schema: bool, w
     findings += check_snapshot(run_dir / SNAPSHOT, state)
     findings += check_artifacts(run_dir / ARTIFACTS, events)
     findings += check_open_patches(state)
+    if rules:
+        state = {**state, "target": resolved_path(state["target"], run_dir.parent.parent)}
     for name, rule in rules.items():
         findings += [Finding(seq=seq, check=f"rule:{name}", message=msg) for seq, msg in rule(events, state)]
     return findings

@@ -10,13 +10,14 @@ whether they follow the workflow. ``check_meaning`` replays the events against t
 - each ``transition_taken`` leaves the current phase after its latest attempt passed, along the
   edge the completion named (so no phase is skipped), and ``run_finished`` comes only in "done";
 - each answer answers a pending question (or is a person's start option, before any phase ran);
-  a human-only question is answered by actor human; ``agent_acted`` is by actor agent.
+  a human-only question is answered by actor human; ``agent_acted`` is by actor agent;
+- in a run whose ``run_started`` records who started it (``who``), every event by a person or an agent
+  records who too: the engine's writer puts it on each one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from orchestrator.waivers import parse_key
@@ -49,10 +50,14 @@ def check_meaning(events: list[dict[str, Any]], workflow: Any) -> list[tuple[int
                     f"the table's first phase is {workflow.initial!r}")]
     walk = _Walk(phase=workflow.initial)
     found: list[tuple[int | None, str]] = []
+    records_who = "who" in events[0]
     for event in events[1:]:
         check = _CHECKS.get(event["type"])
         if check is not None:
             found += [(event["seq"], message) for message in check(walk, event, workflow)]
+        if records_who and "who" not in event and event["actor"] != "engine":
+            found.append((event["seq"], f"{event['type']} by {event['actor']} records no one (no `who`), though "
+                                        "this run records who acted on every act from its start"))
         if len(found) > 50:
             found.append((None, "more than 50 meaning findings; stopped"))
             break

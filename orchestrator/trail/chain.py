@@ -20,6 +20,8 @@ _HASH_MEMBER = b',"hash":"'
 _SIGNED_MEMBER = b',"signed_head":{'
 _TS_MEMBER = b',"ts":"'
 _ENVELOPE = frozenset({"actor", "data", "phase", "prev_hash", "run_id", "schema_version", "seq", "ts", "type"})
+_ENVELOPE_WHO = _ENVELOPE | {"who"}
+"""The envelope of an event a person or an agent made: ``who`` records who it was (``identity``)."""
 _HASH_MEMBER_LEN = len(_HASH_MEMBER) + 64 + 1
 
 
@@ -58,16 +60,20 @@ def event_line(prev_hash: str, event_without_hash: dict[str, Any]) -> tuple[str,
 
 def _envelope_parts(event: dict[str, Any]) -> tuple[str, str] | None:
     """The canonical text before and after where ``"hash"`` goes, for an envelope of exactly the
-    writer's keys with int seqs and string members; None for anything else."""
-    if event.keys() != _ENVELOPE or type(event["seq"]) is not int or type(event["schema_version"]) is not int:
+    writer's keys (``who`` included or not: it sorts last) with int seqs and string members; None for
+    anything else."""
+    keys = event.keys()
+    if (keys != _ENVELOPE and keys != _ENVELOPE_WHO) or type(event["seq"]) is not int \
+            or type(event["schema_version"]) is not int:
         return None
     text = encode_basestring
     try:
         phase = "null" if event["phase"] is None else text(event["phase"])
+        who = f',"who":{_data_text(event["who"])}' if "who" in event else ""
         before = f'{{"actor":{text(event["actor"])},"data":{_data_text(event["data"])}'
         after = (f',"phase":{phase},"prev_hash":{text(event["prev_hash"])},"run_id":{text(event["run_id"])},'
                  f'"schema_version":{event["schema_version"]},"seq":{event["seq"]},"ts":{text(event["ts"])},'
-                 f'"type":{text(event["type"])}}}')
+                 f'"type":{text(event["type"])}{who}}}')
     except TypeError:  # a member that is not a string where the envelope has one
         return None
     return before, after
@@ -90,8 +96,9 @@ def _data_text(data: Any) -> str:
 def with_signed_head(line: bytes, member: bytes) -> bytes:
     """``line`` (as ``event_line`` made it) with the top-level ``"signed_head":<member>`` in its canonical place.
 
-    It sorts between ``"seq"`` and ``"ts"``, and only ``"ts"`` and ``"type"`` (our own strings)
-    follow it, so the last ``,"ts":"`` of the line is the top-level one.
+    It sorts between ``"seq"`` and ``"ts"``, and only ``"ts"``, ``"type"`` (our own strings) and
+    ``"who"`` (no ``"ts"`` member; its strings are escaped) follow it, so the last ``,"ts":"`` of the
+    line is the top-level one.
     """
     cut = line.rindex(_TS_MEMBER)
     return line[:cut] + b',"signed_head":' + member + line[cut:]

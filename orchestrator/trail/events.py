@@ -45,14 +45,34 @@ class QuestionData(_Data):
     """Only a human may answer (agent tools refuse)."""
 
 
+class InputFile(_Data):
+    """One file a start option named (``orchestrator.inputs``)."""
+
+    options: list[str]
+    """The start options that name it, e.g. ["model", "model_id"]."""
+    path: str
+    """Where it was: relative to the state dir when inside it, else absolute (a path of the machine that ran it)."""
+    bytes: int | None
+    sha256: str | None
+    """Of its content when it was read; None when it was not hashed (``note`` says why)."""
+    artifact: str | None = None
+    """The artifact that keeps its bytes in the state dir (small files), e.g. "inputs/model/config.json"."""
+    note: str = ""
+    """What was not done with it (not hashed, not kept, files not listed), or ""."""
+
+
 class RunStarted(_Data):
     type: Literal["run_started"] = "run_started"
     workflow: str
     """Workflow name, e.g. "add-moe-model"."""
     target: str
-    """Absolute path of the target git checkout."""
+    """The target git checkout: relative to the state dir when it lies inside it (an embedded workspace,
+    "workspaces/..."; read back against the state dir it is read from), else absolute. Runs made before
+    recorded every target absolute."""
     options: dict[str, Any]
-    """Validated start options."""
+    """Validated start options, as given (paths in them are those of the machine that ran the run)."""
+    inputs: list[InputFile] | None = None
+    """Every file a start option named, with its sha256 (None in runs made before inputs were recorded)."""
     base: dict[str, Any]
     """Target state before any edit: commit, branch, status (porcelain lines)."""
     initial_phase: str
@@ -328,6 +348,39 @@ EventData = Annotated[
 ]
 
 
+class McpClient(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    version: str
+
+
+class Who(BaseModel):
+    """Who made an event (``identity``): what the writing process says of itself; nothing authenticates it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["person", "agent"]
+    as_name: str | None = Field(default=None, alias="as")
+    """A person's name as given with ``--as NAME`` (or ORCHESTRATOR_AS); absent when none was given."""
+    via: Literal["mcp", "anthropic", "tools"] | None = None
+    """An agent's way in: an MCP client, our Anthropic loop, or in-process tool calls that named no client."""
+    client: McpClient | None = None
+    """The MCP client's name and version, as its initialize request (clientInfo) gave them."""
+    model: str | None = None
+    """The model our Anthropic loop asked."""
+    user: str
+    """The OS user the process ran as."""
+    host: str
+    pid: int
+    tty: bool
+    """Whether the process's stdin was a terminal."""
+    command: str
+    """The process's command line (the CLI's as ``orchestrator ...``), clipped to 300 characters."""
+    parent: str | None
+    """The parent process's command line (a shell, a script, an agent's harness); None where it could not be read."""
+
+
 class SignedHead(BaseModel):
     """Where the write this line starts ends, and the Ed25519 signature of that head (state/README.md)."""
 
@@ -353,6 +406,9 @@ class Event(BaseModel):
     type: str
     """Equals data.type."""
     actor: Actor
+    who: Who | None = None
+    """Who acted, on every event by a person or an agent (self-reported by the process that wrote it); left
+    out of the engine's own events and of events made before it was recorded."""
     phase: str | None
     """Phase the event belongs to, or None for run-level events."""
     data: EventData

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.trail import signed_log, signing
+from orchestrator.trail import pinning, signed_log, signing
 from orchestrator.trail.anchor import Anchor, AnchorError, Head, read_anchor, verify_record
 from orchestrator.trail.chain import GENESIS_HASH, chain_hash, verified_prefix
 from orchestrator.trail.findings import Finding
@@ -42,6 +42,8 @@ class TrailReport:
     """The run's writes carry their signed heads in the log (``signed_log``)."""
     notes: list[str] = field(default_factory=list)
     """What is worth saying but wrong with nothing (an anchor that lags the log's signed head)."""
+    check_pin: bool = False
+    """The signer was checked against a key the caller pinned (audit), not against this anchor dir's own."""
 
     @property
     def blocking(self) -> list[Finding]:
@@ -49,11 +51,14 @@ class TrailReport:
 
 
 def inspect_trail(run_dir: Path, *, anchor: bool = True, every_signature: bool = False,
-                  witnesses: tuple[tuple[str, bytes | None], ...] = ()) -> TrailReport:
+                  witnesses: tuple[tuple[str, bytes | None], ...] = (), check_pin: bool = False,
+                  pin: pinning.Pin | None = None) -> TrailReport:
     """``witnesses``: (where, the witnessed head record) pairs, as ``witness.read_witness`` reads them.
 
     In-log heads: a writer checks the signatures the verified anchor does not already vouch for
     through the chain (``signed_log.to_verify``); ``every_signature`` (audit) checks them all.
+    ``check_pin`` (audit): the run's signer is checked against ``pin``, the key the auditor pinned (None:
+    none was, which is itself a finding), instead of against this anchor dir's own key.
     """
     report = TrailReport(run_id=run_dir.name)
     _parse(report, run_dir / EVENTS)
@@ -65,6 +70,9 @@ def inspect_trail(run_dir: Path, *, anchor: bool = True, every_signature: bool =
     report.in_log = signed_log.heads_in_log(report.events[0])
     if report.blocking:
         return report
+    report.check_pin = check_pin
+    if check_pin and (wrong := pinning.key_finding(report.signer, pin)) is not None:
+        report.findings.append(wrong)
     if report.in_log:
         _check_log_heads(report, anchor=anchor, every=every_signature)
     elif (stray := signed_log.stray_head(report.events)) is not None:
@@ -99,7 +107,7 @@ def genesis_signer(first: dict[str, Any]) -> dict[str, Any] | None:
 
 def _read_signed_anchor(report: TrailReport) -> Anchor | None:
     """The verified anchor, or None with the finding that says why not."""
-    own = signing.own_signer(create=False)
+    own = None if report.check_pin else signing.own_signer(create=False)
     if report.signer is not None and own is not None and own["public_key"] != report.signer["public_key"]:
         report.findings.append(Finding(seq=0, check="anchor", message=(
             f"the run's genesis names {signing.describe(report.signer)}, but this anchor dir signs with "

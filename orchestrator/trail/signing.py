@@ -14,11 +14,12 @@ PyNaCl is imported only when a key is used, never on the read path.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 PRIVATE_NAME = "trail.ed25519"
 PUBLIC_NAME = "trail.ed25519.pub"
@@ -30,7 +31,13 @@ class AnchorError(Exception):
     """A key or a signed head is missing, malformed, or does not verify."""
 
 
+_READ_FROM: list[tuple[Path, Path]] = []
+"""(anchor dir, heads dir) an audit reads from instead (``audit --anchor-dir DIR``), innermost last."""
+
+
 def anchor_dir() -> Path:
+    if _READ_FROM:
+        return _READ_FROM[-1][0]
     override = os.environ.get("ORCHESTRATOR_ANCHOR_DIR")
     if override:
         return Path(override)
@@ -38,11 +45,32 @@ def anchor_dir() -> Path:
     return Path(config) / "orchestrator"
 
 
+def heads_dir() -> Path:
+    """Where the signed heads are: ``<anchor dir>/heads``, or the folder an audit was pointed at."""
+    return _READ_FROM[-1][1] if _READ_FROM else anchor_dir() / "heads"
+
+
+@contextlib.contextmanager
+def reading_from(folder: Path) -> Iterator[None]:
+    """Read keys and heads from ``folder`` (a folder holding ``heads/``, or the heads folder itself) inside the block.
+
+    Only reading: the writer's key and heads stay where ``anchor_dir`` says outside it.
+    """
+    heads = folder / "heads" if (folder / "heads").is_dir() else folder
+    _READ_FROM.append((folder, heads))
+    try:
+        yield
+    finally:
+        _READ_FROM.pop()
+
+
 def key_id(public_key: str) -> str:
     return hashlib.sha256(bytes.fromhex(public_key)).hexdigest()[:16]
 
 
 def describe(signer: dict[str, Any]) -> str:
+    """``ed25519 key <fingerprint> of <holder>``: the fingerprint is ``key_id``, the first 16 hex digits of the
+    sha256 of the 32 raw public key bytes."""
     return f"ed25519 key {key_id(signer['public_key'])} of {signer.get('holder') or 'an unnamed holder'}"
 
 

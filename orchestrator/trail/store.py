@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from orchestrator.errors import RunBusy, RunNotFound, TrailCorrupt, UsageError
-from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, last_line, parse_trail
+from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, last_line, parse_trail, resolved_path
 
 def new_run_id(workflow: str) -> str:
     import secrets
@@ -35,12 +35,30 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 class RunStore:
-    """All runs under one state directory."""
+    """All runs under one state directory.
 
-    def __init__(self, state_dir: Path) -> None:
+    ``who``: actor ("human", "agent") -> the ``who`` record its events carry (``identity``); an actor left out
+    gets this process's own record when it first writes.
+    """
+
+    def __init__(self, state_dir: Path, *, who: dict[str, dict[str, Any]] | None = None) -> None:
         self.state_dir = Path(state_dir).absolute()
         self.runs_dir = self.state_dir / "runs"
+        self.who = dict(who or {})
         self._local = threading.local()
+
+    def acting(self, **who: dict[str, Any]) -> "RunStore":
+        """The same runs, written by someone else: ``store.acting(agent=identity.mcp_client(...))``."""
+        return RunStore(self.state_dir, who={**self.who, **who})
+
+    def record_path(self, path: str | Path) -> str:
+        """A path as the trail records it: relative to the state dir when it lies inside it, else absolute."""
+        resolved = Path(path).resolve()
+        try:
+            return resolved.relative_to(self.state_dir.resolve()).as_posix()
+        except ValueError:
+            return str(resolved)
+
 
     def check_writable(self) -> None:
         """Refuse early when the state dir could not be made or written; creates nothing."""
@@ -74,8 +92,10 @@ class RunStore:
             raise RunNotFound(f"no run {run_id!r} in {self.runs_dir}; `orchestrator list` shows the runs")
         return path
 
-    def create_run(self, run_id: str, started: Any) -> None:
-        """Create the run directory with its first event, all or nothing (rename at the end)."""
+    def create_run(self, run_id: str, started: Any, *, actor: str = "engine") -> None:
+        """Create the run directory with its first event, all or nothing (rename at the end).
+
+        ``actor``: who starts it (the engine's ``start`` passes the person or agent who asked)."""
         import tempfile
 
         from orchestrator.trail.signing import own_signer
@@ -88,9 +108,9 @@ class RunStore:
             (tmp / ARTIFACTS).mkdir()
             (tmp / EVENTS).touch()
             signer = own_signer(create=True)
-            run = OpenRun(tmp, empty_state(run_id), signer=signer, in_log=True)
+            run = OpenRun(tmp, empty_state(run_id), signer=signer, in_log=True, who=self.who)
             run.run_id = run_id
-            run.append(started.model_copy(update={"signer": signer, "heads": "in_log"}))
+            run.append(started.model_copy(update={"signer": signer, "heads": "in_log"}), actor=actor)
             run.close()
             os.replace(tmp, self.runs_dir / run_id)
         except BaseException:
@@ -123,7 +143,7 @@ class RunStore:
             raise RunBusy(f"run {run_id} is busy: another orchestrator process is changing it; "
                           "wait for it to finish (reads such as status never block)") from None
         try:
-            run = open_verified(run_dir, verify_for_writing(run_dir))
+            run = open_verified(run_dir, verify_for_writing(run_dir), who=self.who)
             held[run_id] = run
             try:
                 yield run
@@ -155,14 +175,16 @@ class RunStore:
         except (ValueError, KeyError, TypeError):
             raise TrailCorrupt(f"{run_dir / EVENTS} has a malformed last line; "
                                f"run `orchestrator audit {run_id}`") from None
-        if current:
-            return state
-        from orchestrator.trail.snapshot import replay
+        if not current:
+            from orchestrator.trail.snapshot import replay
 
-        try:
-            return replay(parse_trail(run_dir / EVENTS), run_id=run_id)
-        except (KeyError, TypeError, AttributeError):
-            raise TrailCorrupt(f"{run_dir / EVENTS} does not replay; run `orchestrator audit {run_id}`") from None
+            try:
+                state = replay(parse_trail(run_dir / EVENTS), run_id=run_id)
+            except (KeyError, TypeError, AttributeError):
+                raise TrailCorrupt(f"{run_dir / EVENTS} does not replay; run `orchestrator audit {run_id}`") from None
+        if isinstance(state.get("target"), str):
+            state["target"] = resolved_path(state["target"], self.state_dir)
+        return state
 
     def read_events(self, run_id: str) -> list[dict[str, Any]]:
         return parse_trail(self.run_dir(run_id) / EVENTS)

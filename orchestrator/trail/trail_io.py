@@ -22,6 +22,12 @@ SNAPSHOT = "run.json"
 ARTIFACTS = "artifacts"
 
 
+def resolved_path(recorded: str, state_dir: str | Path) -> str:
+    """A path the trail recorded, read back: relative ones (inside the state dir, e.g. an embedded workspace) are
+    joined to the state dir they are read from; absolute ones (runs made before, targets elsewhere) stay."""
+    return recorded if not recorded or os.path.isabs(recorded) else os.path.join(state_dir, recorded)
+
+
 def atomic_write(path: Path, content: bytes) -> None:
     """Write ``content`` to ``path`` so that readers see the old or the new file, never half."""
     import tempfile

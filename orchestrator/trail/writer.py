@@ -50,7 +50,7 @@ from orchestrator.trail import signed_log
 from orchestrator.trail.anchor import AnchorWriter, Head
 from orchestrator.trail.chain import SCHEMA_VERSION, SIGNED_HEAD, event_line, with_signed_head
 from orchestrator.trail.snapshot import apply_event
-from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, parse_trail
+from orchestrator.trail.trail_io import ARTIFACTS, EVENTS, SNAPSHOT, atomic_write, parse_trail, resolved_path
 
 
 def utc_now() -> str:
@@ -88,11 +88,15 @@ class OpenRun:
     """
 
     def __init__(self, run_dir: Path, state: dict[str, Any], *, genesis: str | None = None,
-                 signer: dict[str, Any] | None = None, in_log: bool = False) -> None:
+                 signer: dict[str, Any] | None = None, in_log: bool = False,
+                 who: dict[str, dict[str, Any]] | None = None) -> None:
         self.dir = run_dir
         self.run_id = run_dir.name
         self.state = state
         self._genesis, self._signer, self._in_log = genesis, signer, in_log
+        self._who = dict(who or {})
+        self._recorded_target: str | None = None
+        self._resolve_target()
         self._durable = Head(seq=state["last_seq"], hash=state["chain_head"]) if state["last_seq"] >= 0 else None
         self._batch: tuple[list[dict[str, Any]], list[bytes]] | None = None
         self._anchor: AnchorWriter | None = None
@@ -113,7 +117,17 @@ class OpenRun:
                 self._commit(events, lines)
             for event in events:
                 apply_event(self.state, event)
+                if event["type"] == "run_started":
+                    self._resolve_target()
         return events
+
+    def _resolve_target(self) -> None:
+        """A target recorded relative to the state dir is used as an absolute path (``runs/<id>``'s grandparent);
+        run.json keeps it as recorded, so it stays the fold of the log wherever the state dir is."""
+        recorded = self.state.get("target")
+        if isinstance(recorded, str) and recorded and not os.path.isabs(recorded):
+            self._recorded_target = recorded
+            self.state["target"] = resolved_path(recorded, self.dir.parent.parent)
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
@@ -143,6 +157,7 @@ class OpenRun:
         if self._batch is not None and self._batch[0]:
             seq, prev = self._batch[0][-1]["seq"], self._batch[0][-1]["hash"]
         events, lines = [], []
+        who = self.who(actor)
         for data in items:
             seq += 1
             event = {
@@ -150,6 +165,8 @@ class OpenRun:
                 "type": data.type, "actor": actor, "phase": phase, "data": data.model_dump(mode="json"),
                 "prev_hash": prev,
             }
+            if who is not None:
+                event["who"] = who
             try:
                 prev, line = event_line(prev, event)
             except (ValueError, UnicodeEncodeError) as exc:
@@ -158,6 +175,17 @@ class OpenRun:
             lines.append(line)
             events.append(event)
         return events, lines
+
+    def who(self, actor: str) -> dict[str, Any] | None:
+        """The ``who`` record of an event by ``actor``: the one the opener set, else this process's (``identity``);
+        None for the engine's own events."""
+        if actor == "engine":
+            return None
+        if actor not in self._who:
+            from orchestrator.trail.identity import default_for
+
+            self._who[actor] = default_for(actor)
+        return self._who[actor]
 
     def _commit(self, events: list[dict[str, Any]], lines: list[bytes]) -> None:
         """The signed head, then the log (the order the module docstring explains)."""
@@ -206,7 +234,8 @@ class OpenRun:
         """Rewrite run.json from the in-memory state (atomic)."""
         import json
 
-        atomic_write(self.dir / SNAPSHOT, json.dumps(self.state, indent=1, sort_keys=True).encode())
+        state = self.state if self._recorded_target is None else {**self.state, "target": self._recorded_target}
+        atomic_write(self.dir / SNAPSHOT, json.dumps(state, indent=1, sort_keys=True).encode())
 
     def close(self) -> None:
         try:
@@ -239,9 +268,13 @@ _HELD_SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM))
 _sigmask = _signal.pthread_sigmask
 
 
-def open_verified(run_dir: Path, verified: Any) -> OpenRun:
-    """The writer for a run ``trail.verify`` has checked; an unfinished write it found is repaired and recorded."""
-    run = OpenRun(run_dir, verified.state, genesis=verified.genesis, signer=verified.signer, in_log=verified.in_log)
+def open_verified(run_dir: Path, verified: Any, *, who: dict[str, dict[str, Any]] | None = None) -> OpenRun:
+    """The writer for a run ``trail.verify`` has checked; an unfinished write it found is repaired and recorded.
+
+    ``who``: actor -> the ``who`` record of its events (``identity``), for the actors the opener knows.
+    """
+    run = OpenRun(run_dir, verified.state, genesis=verified.genesis, signer=verified.signer, in_log=verified.in_log,
+                  who=who)
     if verified.repair is not None:
         run.append(verified.repair)
         run.flush()

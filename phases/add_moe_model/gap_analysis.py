@@ -50,9 +50,15 @@ def run(ctx: PhaseContext) -> PhaseResult:
 
 
 def reconcile(ctx: PhaseContext) -> PhaseResult:
-    """The previous attempt died: revert whatever it left applied, then run again."""
-    ledger.revert_all(ctx)
-    ctx.note("gap analysis interrupted: reverted its open patches and started over", kind="decision")
+    """The previous attempt died: revert whatever it left applied, then run again (the note says which it was)."""
+    opened = sorted(ctx.state["open_patches"])
+    proof = ledger.revert_all(ctx)
+    if opened:
+        said = (f"reverted the temporary patch(es) it left applied ({', '.join(opened)}; {len(proof)} file(s) back "
+                f"at the base commit, patch_reverted seq {ctx.state['last_seq']})")
+    else:
+        said = "no temporary patch was open (nothing to revert)"
+    ctx.note(f"gap analysis interrupted: {said}; started over", kind="decision")
     return run(ctx)
 
 

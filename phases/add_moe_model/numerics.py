@@ -117,9 +117,10 @@ def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
     except WorkerFailed as exc:
         if "(exit -9)" not in str(exc) or request["dtypes"] == [VERDICT_DTYPE]:
             raise
-    ctx.note(f"numerics worker was killed (exit -9, SIGKILL: most likely out of memory) comparing "
-             f"{', '.join(request['dtypes'])}; the {VERDICT_DTYPE} verdict runs alone, without the "
-             f"{DIAGNOSTIC_DTYPE} diagnostic", kind="finding")
+        killed = f"worker_finished seq {ctx.state['last_seq']}, log artifacts/{exc.log}"
+    ctx.note(f"numerics worker was killed by SIGKILL (exit -9; {killed}) comparing {', '.join(request['dtypes'])}; "
+             "what sent the signal is not recorded (the kernel's out-of-memory killer is one sender); the "
+             f"{VERDICT_DTYPE} verdict runs alone, without the {DIAGNOSTIC_DTYPE} diagnostic", kind="finding")
     return ctx.call(NUMERICS, {**request, "dtypes": [VERDICT_DTYPE]}, label="numerics verdict only").model_dump()
 
 

@@ -26,6 +26,8 @@ class ToyOptions(BaseModel):
     """ok | die (the worker kills itself) | slow (sleeps ``sleep`` seconds once per marker)."""
     marker: str = ""
     """File a slow worker creates before sleeping; when it exists the worker does not sleep."""
+    config: str | None = None
+    """An input file the run is given (as add-moe-model's ``--model config.json``): the engine records its hash."""
 
 
 def prepare(options: ToyOptions, state_dir: str, *, runner: Any = None) -> Prepared:
