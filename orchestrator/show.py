@@ -41,15 +41,17 @@ def acts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def changes(events: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[str]]]:
     """(event, the files it names) for every event that records files it changed: a ``files`` member (temporary
-    patches and their reverts, edits), a record's (a commit), or an agent's write_file / edit_file call (its path)."""
+    patches and their reverts, edits), a record's (a commit), or an agent's write_file / edit_file call (its path).
+    Where the trail records edits whole (``edit_recorded``), a tool call's path is left to the edit that names it."""
     found = []
+    whole = any(event.get("type") == "edit_recorded" for event in events)
     for event in events:
         data = event.get("data") if isinstance(event.get("data"), dict) else {}
         record = data.get("record") if isinstance(data.get("record"), dict) else {}
         files = data.get("files", record.get("files"))
         names = [str(n) for n in files] if isinstance(files, (dict, list)) else []
         arguments = data.get("arguments") if isinstance(data.get("arguments"), dict) else {}
-        if not names and data.get("tool") in _PATH_TOOLS and isinstance(arguments.get("path"), str):
+        if not names and not whole and data.get("tool") in _PATH_TOOLS and isinstance(arguments.get("path"), str):
             names = [arguments["path"]]
         if names:
             found.append((event, names))

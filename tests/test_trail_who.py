@@ -111,7 +111,7 @@ def test_an_mcp_clients_name_and_version_are_on_its_acts(agent_env: None, toy_re
     shown = cli("show", run_id, state_dir=state_dir).stdout
     assert "agent MCP client audit-client 9.9.1" in shown, shown
     changed = shown.split("\nfiles changed", 1)[1].split("\n\n", 1)[0]
-    assert "agent MCP client audit-client 9.9.1  agent_acted: allowed/fixed.txt" in changed, changed
+    assert "agent MCP client audit-client 9.9.1  edit_recorded: allowed/fixed.txt" in changed, changed
     body = json.loads(cli("show", run_id, "--json", state_dir=state_dir).stdout)
     assert [c["files"] for c in body["changes"]] == [["allowed/fixed.txt"]], body["changes"]
 
