@@ -41,7 +41,8 @@ from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.records import DIAGNOSTIC_DTYPE, Probe, Synthetic
 from phases.add_moe_model.work.numerics import CompareRequest
 from phases.add_moe_model.workers import NUMERICS, SEED
-from phases.add_moe_model.tier_text import firmness_line, flip_text, reaches, split_text, tier_text
+from phases.add_moe_model.tier_text import (diagnostic_reading, firmness_line, flip_text, reaches, split_text,
+                                            tier_text)
 
 VERDICT_DTYPE = "bfloat16"
 # NOTE: a flag, not a verdict tier. On random-init synthetic weights the outputs are small,
@@ -66,6 +67,8 @@ class NumericsTable(BaseModel):
     verdict_rows: list[Any]
     diagnostic_rows: list[Any] = Field(default_factory=list)
     diagnostic_dtype: str = DIAGNOSTIC_DTYPE
+    diagnostic_readings: list[str] = Field(default_factory=list)
+    """``tier_text.diagnostic_reading`` of each diagnostic row, in order."""
     firmness_rows: list[Any] = Field(default_factory=list)
     firmness_lines: list[str] = Field(default_factory=list)
     """``tier_text.firmness_line`` of each firmness row, in order."""
@@ -107,7 +110,8 @@ def call_compare(ctx: PhaseContext, request: dict[str, Any]) -> dict[str, Any]:
     except WorkerFailed as exc:
         if "(exit -9)" not in str(exc) or request["dtypes"] == [VERDICT_DTYPE]:
             raise
-    ctx.note(f"numerics worker was killed (exit -9, SIGKILL: most likely out of memory) comparing "
+    ctx.note(f"numerics worker was killed (exit -9: SIGKILL, which the kernel's out-of-memory killer sends; its "
+             f"memory was not measured) comparing "
              f"{', '.join(request['dtypes'])}; the {VERDICT_DTYPE} verdict runs alone, without the "
              f"{DIAGNOSTIC_DTYPE} diagnostic", kind="finding")
     return ctx.call(NUMERICS, {**request, "dtypes": [VERDICT_DTYPE]}, label="numerics verdict only").model_dump()
@@ -140,7 +144,8 @@ def build_table(results: list[Any]) -> NumericsTable:
     notes += [f"{r.model_type}: load_state_dict missing keys {r.load.missing}" for r in verdict if r.load.missing]
     first, firm_rows = results[0], [r for r in results if r.firmness]
     return NumericsTable(device=first.device, seed=first.seed, verdict_rows=verdict,
-                         diagnostic_rows=diagnostic, firmness_rows=firm_rows,
+                         diagnostic_rows=diagnostic, diagnostic_readings=[diagnostic_reading(r) for r in diagnostic],
+                         firmness_rows=firm_rows,
                          firmness_lines=[firmness_line(r) for r in firm_rows],
                          all_passed=not failed, verdict_line=verdict_line(verdict), notes=notes)
 
@@ -185,6 +190,7 @@ def decide(results: list[Any], *, probe: Probe | None = None) -> PhaseResult:
     data = {"results": [r.model_dump() for r in results], "verdict": verdict.model_dump()}
     flags = flag_semantic_gap(results)
     data["diagnostic_flags"] = flags
+    data["diagnostic_readings"] = [diagnostic_reading(r) for r in results if r.dtype != VERDICT_DTYPE]
     line = _summary_line(verdict) + "".join(f"; {f}" for f in flags)
     triaged = triage(verdict)
     issues = triaged + check_load(verdict, probe=probe)
