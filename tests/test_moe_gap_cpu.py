@@ -1,0 +1,109 @@
+"""Gap analysis on CPU ends at max_diff 0.00 with every patch measured, on real models an agent fixed.
+
+Issue 37's blind trial: for deepseek_v32, hunyuan_v1_moe, exaone_moe and bailing_hybrid the gap table and
+MODEL_COMPATIBILITY.md said the residual was "in the router ... the fp32 comparison differs too, so the fp32
+router autocast is not its cause: ..., accepted on CPU without a trace", a cause no row measured, and the
+fp32 comparison was not fp32 on Titan's side. Each case starts a real run on the embedded torchtitan 0.3.0
+workspace, applies the experiment-folder fixes of tests/moe_reference_fixes*.py an agent writes for the
+probe's findings, and advances through numerics and the gap analysis, where it stops (``max_phases``): the
+three recipes, the stage trace, the hypothesis patch it points to, each measured in a fresh process.
+The three cover a sigmoid router with a correction bias, expert groups and shared experts (deepseek_v32), a
+softmax router whose gate and shared expert go by other names (hunyuan_v1_moe), and a softmax router with a
+sigmoid-gated shared expert behind linear-attention layers (qwen3_next).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator import engine
+from orchestrator.trail.store import RunStore
+from tests import moe_reference_fixes as fixes
+from tests import moe_reference_fixes_sharding as sharding_fixes
+
+pytestmark = pytest.mark.slow
+CASES = {
+    "deepseek_v32": (fixes.expert_bias_key_renamed,),
+    "hunyuan_v1_moe": (fixes.per_head_qk_layernorms, fixes.hunyuan_router_and_shared_keys),
+    "qwen3_next": (sharding_fixes.linear_attention_layers,),
+}
+UNMEASURED_CAUSE = re.compile(r"accepted|without a trace|\blikely\b|\bprobably\b|is not its cause")
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def gap_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    store = RunStore(tmp_path_factory.mktemp(f"gap-{request.param}") / "state")
+    run_id = engine.start("add-moe-model", {"model": f"type:{request.param}", "branch": "current", "commit": "never",
+                                            "unrun_rows": "accept", "device": "cpu"}, store=store).run_id
+    target = Path(engine.advance(run_id, store=store).state["target"])  # stops at the probe's findings
+    fixes.apply(target, CASES[request.param])
+    state = engine.advance(run_id, store=store, max_phases=4).state  # probe, synthetic, numerics, gap analysis
+    events = store.read_events(run_id)
+    return {"model": request.param, "state": state, "events": events, "run_id": run_id,
+            "artifacts": store.runs_dir / run_id / "artifacts"}
+
+
+def _completed(run: dict, phase: str) -> dict:
+    return next(e for e in reversed(run["events"]) if e["type"] == "phase_completed" and e["phase"] == phase)
+
+
+def test_gap_analysis_ends_at_zero_with_every_patch_measured_and_reverted(gap_run: dict) -> None:
+    verdict = _completed(gap_run, "numerics")["data"]["data"]["verdict"]
+    assert verdict["status"] in ("WARN", "FAIL"), verdict  # the gap analysis is mandatory
+    gap = _completed(gap_run, "gap_analysis")
+    assert gap["data"]["outcome"] == "passed", gap["data"]
+    rows = gap["data"]["data"]["rows"]
+    assert rows[0]["label"] == "baseline" and rows[0]["max_diff"] == verdict["max_diff"] > 0.0
+    assert rows[-1]["max_diff"] == 0.0 and rows[-1]["patch_id"], rows[-1]
+    applied = {e["data"]["patch_id"] for e in gap_run["events"] if e["type"] == "patch_applied"}
+    assert applied == {r["patch_id"] for r in rows if r.get("patch_id")}
+    reverted = {p for e in gap_run["events"] if e["type"] == "patch_reverted" for p in e["data"]["patch_ids"]}
+    assert reverted == applied and gap["data"]["data"]["reverted"]
+    artifacts = gap_run["artifacts"]
+    for row in rows:
+        assert not row["log"] or (artifacts / row["log"]).is_file(), row
+    table = (artifacts / "gap_table.md").read_text()
+    assert "| final | 0.00e+00 |" in table
+
+
+def test_the_trace_measures_every_stage_and_the_closing_patch_tests_its_first_divergence(gap_run: dict) -> None:
+    rows = _completed(gap_run, "gap_analysis")["data"]["data"]["rows"]
+    traces = [r for r in rows if r["label"] == "trace"]
+    assert traces, rows
+    last = traces[-1]
+    stage = {s["stage"]: s for s in last["trace"]["stages"]}
+    first = last["first_divergence"]
+    assert first and stage[first]["max_diff"] > 0.0
+    before = list(stage)[:list(stage).index(first)]
+    assert all(stage[s]["max_diff"] == 0.0 for s in before)
+    closing = rows[-1]
+    assert rows.index(closing) > rows.index(last) and first in closing["description"]
+    measured = [e["data"] for e in gap_run["events"] if e["type"] == "measurement_recorded"
+                and e["data"]["name"] == "gap_stage_max_diff" and e["data"]["labels"]["table"] == last["trace_table"]]
+    assert sorted(m["labels"]["stage"] for m in measured) == sorted(s for s, row in stage.items()
+                                                                    if row["max_diff"] is not None)
+    assert (gap_run["artifacts"] / last["trace_table"]).read_text().count("\n| ") == 1 + len(stage)
+
+
+def test_no_gap_text_states_a_cause_no_row_measured(gap_run: dict) -> None:
+    gap = _completed(gap_run, "gap_analysis")["data"]
+    texts = [gap["summary"], (gap_run["artifacts"] / "gap_table.md").read_text()]
+    texts += [r["description"] for r in gap["data"]["rows"]]
+    assert [t for t in texts if UNMEASURED_CAUSE.search(t)] == []
+
+
+def test_the_fp32_diagnostic_names_the_ops_that_did_not_run_in_fp32(gap_run: dict) -> None:
+    data = _completed(gap_run, "numerics")["data"]["data"]
+    fp32 = next(r for r in data["results"] if r["dtype"] == "float32")
+    below = fp32["matmuls_below_run_dtype"]
+    assert below["hf"] == [] and {(r["module"], r["op"]) for r in below["titan"]} == {
+        ("routed_experts.inner_experts", "_grouped_mm")}, below
+    (reading,) = data["diagnostic_readings"]
+    assert "NOT float32 on both sides (Titan: routed_experts.inner_experts ran _grouped_mm in bfloat16" in reading
+    assert f"max_diff {fp32['max_diff']:.2e}" in reading and "agrees" not in reading
+    assert reading in (gap_run["artifacts"] / "numerics.txt").read_text()
+    assert json.dumps(data["verdict"]["matmuls_below_run_dtype"]) == json.dumps({"hf": [], "titan": []})
