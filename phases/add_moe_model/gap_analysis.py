@@ -203,8 +203,10 @@ def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[st
     """The residual for the agent, with the trace's first divergence; when a person has waived it, the phase's
     patches are reverted first."""
     data: dict[str, Any] = {"rows": rows}
+    attempt = rows_attempt(ctx)  # before a revert empties the ledger
     reverted = ledger.revert_if_waived(ctx, RESIDUAL)
     if reverted is not None:
+        rows.append(waived_row(ctx, rows, trace, attempt=attempt))
         data["reverted"] = reverted
         ctx.write_artifact("gap_table.md", ctx.render("gap_table.md.j2", rows=rows, proof=reverted,
                                                       base=ctx.base["commit"]))
@@ -220,6 +222,18 @@ def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[st
                   fix_location=RESIDUAL_FIX)
     return PhaseResult(outcome="needs_agent", summary=f"gap analysis: residual max_diff {fmt(rows[-1]['max_diff'])} "
                        f"not explained; {gap_trace.ask_text(trace)}", data=data, issues=(issue,))
+
+
+def waived_row(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[str, Any] | None, *,
+               attempt: int) -> dict[str, Any]:
+    """The table's last word on a residual a person waived: not explained, what the trace measured, their reason."""
+    from orchestrator.waivers import waived_codes
+
+    reason = waived_codes(ctx.state, ctx.phase)[RESIDUAL]
+    return add_row(ctx, GapRow(label="not explained", patch_id=None, attempt=attempt,
+                               max_diff=rows[-1]["max_diff"], kl=None, log="",
+                               description=f"residual not explained: {gap_trace.ask_text(trace)}; a person waived "
+                                           f"{RESIDUAL} ({reason!r}) and every temporary patch is reverted"))
 
 
 def fmt(value: Any) -> str:
