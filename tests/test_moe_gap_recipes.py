@@ -93,6 +93,46 @@ def test_not_applicable_names_the_structure_it_looked_for(tmp_path: Path) -> Non
     assert missing.status == "not_applicable" and gap_recipes.MOE in missing.reason
 
 
+HYPOTHESES = (gap_hypotheses.build_fp32_router_gate_patch, gap_hypotheses.build_experts_run_dtype_patch)
+
+
+def _hypotheses_apply_once(repo: git.Repo) -> None:
+    target = Path(repo.working_tree_dir)
+    for build in HYPOTHESES:
+        patch = build(target)
+        assert patch.status == "applicable", (patch.name, patch.reason)
+        _apply(repo, patch.diff)
+    moe = (target / gap_recipes.MOE).read_text()
+    compile(moe, gap_recipes.MOE, "exec")
+    assert "torch.func.functional_call(self.gate, {n: p.float() for n, p in self.gate.named_parameters()}" in moe
+    assert ".bfloat16()" not in moe
+    again = [build(target) for build in HYPOTHESES]
+    assert [p.status for p in again] == ["not_applicable"] * 2
+    assert "calls no submodule on one input" in again[0].reason and "casts nothing to bf16" in again[1].reason
+
+
+def test_hypotheses_find_their_code_by_what_it_does_in_0_3_0_and_apply_once(core_repo: git.Repo) -> None:
+    _hypotheses_apply_once(core_repo)
+
+
+def test_hypotheses_find_their_code_by_what_it_does_on_main(main_snapshot: Path, tmp_path: Path) -> None:
+    """main's router and experts take x_TD and sit at other lines: the same structure is found."""
+    from tests.conftest import clone_of
+
+    _hypotheses_apply_once(git.Repo(clone_of(main_snapshot, tmp_path / "tt")))
+
+
+def test_a_router_without_a_gate_submodule_is_not_patched_and_says_what_it_looked_for(tmp_path: Path) -> None:
+    (tmp_path / gap_recipes.MOE).parent.mkdir(parents=True)
+    (tmp_path / gap_recipes.MOE).write_text(
+        "import torch\n\n\nclass Router:\n    def forward(self, x):\n        return torch.topk(self._logits(x), 2)\n\n"
+        "    def _logits(self, x):\n        return x @ self.weight.t()\n")
+    patch = gap_hypotheses.build_fp32_router_gate_patch(tmp_path)
+    assert patch.status == "not_applicable" and "Router.forward() calls no submodule" in patch.reason
+    experts = gap_hypotheses.build_experts_run_dtype_patch(tmp_path)
+    assert experts.status == "not_applicable" and "_grouped_mm" in experts.reason
+
+
 # qwen3_moe at production width (H=2048, I=768): cheap enough to measure seven times on CPU.
 QWEN3 = dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
              num_experts=8, num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
@@ -101,6 +141,7 @@ QWEN3 = dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, m
 REQUEST = {"model_type": "qwen3_moe", "config_kwargs": QWEN3, "dtype": "bfloat16", "device": "cpu"}
 RECIPES = (gap_recipes.build_fp32_combine_patch, gap_recipes.build_token_order_sum_patch,
            gap_recipes.build_sorted_topk_patch)
+FP32 = {**REQUEST, "dtype": "float32"}
 COMPARE = "phases.add_moe_model.work.numerics:compare"
 TRACE = "phases.add_moe_model.work.stage_trace:trace_stages"
 
@@ -108,7 +149,7 @@ TRACE = "phases.add_moe_model.work.stage_trace:trace_stages"
 @pytest.fixture(scope="session")
 def gap_table(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """Baseline and its trace, each recipe applied cumulatively, the trace again, the hypothesis it points to;
-    then revert."""
+    then the same in fp32 on top (the trace, the experts' hypothesis); then revert."""
     repo = _git_copy(tmp_path_factory.mktemp("tt_target"), whole_package=True)
     target = Path(repo.working_tree_dir)
     rows = {"baseline": call_worker(COMPARE, REQUEST, target=target),
@@ -124,6 +165,11 @@ def gap_table(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     _apply(repo, router.diff)
     rows["+fp32_router_gate"] = call_worker(COMPARE, REQUEST, target=target)
     rows["trace_final"] = call_worker(TRACE, REQUEST, target=target)
+    rows["trace_fp32"] = call_worker(TRACE, FP32, target=target)
+    experts = gap_hypotheses.build_experts_run_dtype_patch(target)
+    assert experts.status == "applicable", experts.reason
+    _apply(repo, experts.diff)
+    rows["+experts_run_dtype"] = call_worker(COMPARE, FP32, target=target)
     repo.git.checkout("--", ".")
     assert not repo.is_dirty()
     return rows
@@ -188,3 +234,21 @@ def test_a_re_run_after_the_agents_patch_builds_on_its_row_and_an_interrupted_on
     assert current_rows(waiting) == rows and explained(current_rows(waiting)), "the agent's 0.0 row explains it"
     reverted = fake({})
     assert current_rows(reverted) == [], "after reconcile reverted everything the attempt starts over"
+
+
+@pytest.mark.slow
+def test_in_fp32_the_trace_finds_titans_experts_in_bf16_and_their_hypothesis_makes_it_fp32_on_both_sides(
+        gap_table: dict[str, dict]) -> None:
+    """torchtitan's GroupedExperts casts to bf16 whatever the run's dtype: an "fp32" comparison is not fp32 on Titan's
+    side. The trace measures it (the expert outputs differ, Titan's grouped matmuls ran in bf16), points to the
+    experts' casts rather than calling it a kernel difference, and without them both sides agree exactly."""
+    from phases.add_moe_model import gap_trace
+
+    trace = gap_table["trace_fp32"]
+    assert trace["first_divergence"] == "expert outputs" and _stage(trace, "router logits")["max_diff"] == 0.0
+    assert {(r["module"], r["op"], tuple(r["dtypes"])) for r in trace["titan_matmuls_below_run_dtype"]} == {
+        ("routed_experts.inner_experts", "_grouped_mm", ("bfloat16",))}
+    assert not gap_trace.kernel_verified(trace)
+    assert gap_trace.pick_hypothesis(trace, tried=set())[1] == gap_trace.EXPERTS_RUN_DTYPE
+    fixed = gap_table["+experts_run_dtype"]
+    assert fixed["max_diff"] == 0.0 and fixed["matmuls_below_run_dtype"] == {"hf": [], "titan": []}
