@@ -44,10 +44,18 @@ def run(ctx: PhaseContext) -> PhaseResult:
     proof = ledger.revert_all(ctx)
     table = ctx.render("gap_table.md.j2", rows=rows, proof=proof, base=ctx.base["commit"])
     ctx.write_artifact("gap_table.md", table)
+    how = explanation(rows)
+    return PhaseResult(outcome="passed", summary=f"gap analysis: {len(rows)} rows, {how}; all patches reverted",
+                       data={"rows": rows, "reverted": proof, "explanation": how})
+
+
+def explanation(rows: list[dict[str, Any]]) -> str:
+    """How the residual ended, from the rows: the closing row (and what it tested), or the verified kernel trace."""
     final = rows[-1]
-    return PhaseResult(outcome="passed", summary=f"gap analysis: {len(rows)} rows, final max_diff "
-                       f"{fmt(final['max_diff'])} ({final['description']}); all patches reverted",
-                       data={"rows": rows, "reverted": proof})
+    if closed(rows):
+        return f"max_diff 0.00 from row '{final['label']}': {final['description']}"
+    trace = next(r for r in reversed(rows) if r.get("kernel_verified") and r.get("trace"))
+    return f"final max_diff {fmt(final['max_diff'])}, {gap_trace.kernel_text(trace['trace'])}"
 
 
 def follow_the_trace(ctx: PhaseContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -207,7 +215,7 @@ def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[st
     reverted = ledger.revert_if_waived(ctx, RESIDUAL)
     if reverted is not None:
         rows.append(waived_row(ctx, rows, trace, attempt=attempt))
-        data["reverted"] = reverted
+        data.update(reverted=reverted, explanation=rows[-1]["description"])
         ctx.write_artifact("gap_table.md", ctx.render("gap_table.md.j2", rows=rows, proof=reverted,
                                                       base=ctx.base["commit"]))
     table = next((r["trace_table"] for r in reversed(rows) if r.get("trace_table")), None)

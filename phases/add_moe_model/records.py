@@ -176,6 +176,9 @@ class GapAnalysis(BaseModel):
     reverted: dict[str, str] = {}
     """Core path -> its blob id after the revert (the base's: nothing stays patched)."""
     waived: dict[str, str] = {}
+    explanation: str = ""
+    """How the residual ends, in the rows' own words: the patch that brought max_diff to 0 and the trace finding it
+    tested, a verified kernel difference, or "not explained" (empty in runs from before it)."""
 
 
 class BuildCheckRow(WorldResult):
