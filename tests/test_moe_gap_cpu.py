@@ -107,3 +107,43 @@ def test_the_fp32_diagnostic_names_the_ops_that_did_not_run_in_fp32(gap_run: dic
     assert f"max_diff {fp32['max_diff']:.2e}" in reading and "agrees" not in reading
     assert reading in (gap_run["artifacts"] / "numerics.txt").read_text()
     assert json.dumps(data["verdict"]["matmuls_below_run_dtype"]) == json.dumps({"hf": [], "titan": []})
+
+
+# An agent's slip the probe's routing check lets through (it compares weights to rtol 1e-4): the route scale off by
+# one part in 16384. Nothing built in tests a routing rule, so the residual is the agent's, then a person's.
+SCALE = '    route_scale = getattr(config, "routed_scaling_factor", 1.0)\n\n    # Group-limited routing'
+SCALE_SLIP = ('    route_scale = getattr(config, "routed_scaling_factor", 1.0) * (1 + 2**-14)\n\n'
+              '    # Group-limited routing')
+
+
+def test_a_residual_no_hypothesis_explains_waits_naming_its_stage_and_a_waiver_ends_it_not_explained(
+        tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "state")
+    run_id = engine.start("add-moe-model", {"model": "type:exaone_moe", "branch": "current", "commit": "never",
+                                            "unrun_rows": "accept", "device": "cpu"}, store=store).run_id
+    target = Path(engine.advance(run_id, store=store).state["target"])
+    fixes.apply(target, (fixes.expert_bias_key_renamed,))
+    fixes.replace_once(target, fixes.MOE, SCALE, SCALE_SLIP)
+    waiting = engine.advance(run_id, store=store, max_phases=4)
+    state = waiting.state
+    assert (state["phase"], state["awaiting"], waiting.exit_code) == ("gap_analysis", "agent", 4), state["summary"]
+    (issue,) = state["issues"]
+    assert issue["code"] == "residual_gap_unexplained"
+    assert "not explained: the stage trace's first divergence is routing (max_diff" in issue["message"]
+    assert "kind patch {diff, label}" in issue["message"] and f"orchestrator patch {run_id}" in issue["message"]
+    rows = state["records"]["gap_row"]
+    assert [r["label"] for r in rows if r["label"] == "+fp32 router gate"], rows  # the router's dtype went first
+    assert rows[-1]["label"] == "trace" and rows[-1]["first_divergence"] == "routing" and rows[-1]["max_diff"] > 0
+    assert not rows[-1]["kernel_verified"] and state["open_patches"]
+
+    engine.resume(run_id, {}, store=store, advance_after=False, waivers={
+        "residual_gap_unexplained": "route scale slip left in on purpose (test)"})
+    passed = engine.advance(run_id, store=store, max_phases=1).state
+    gap = next(e for e in reversed(store.read_events(run_id)) if e["type"] == "phase_completed"
+               and e["phase"] == "gap_analysis")["data"]
+    assert gap["outcome"] == "passed" and not passed["open_patches"]
+    last = gap["data"]["rows"][-1]
+    assert last["label"] == "not explained" and "first divergence is routing" in last["description"]
+    assert "route scale slip left in on purpose (test)" in gap["data"]["explanation"]
+    table = (store.runs_dir / run_id / "artifacts" / "gap_table.md").read_text()
+    assert "| not explained |" in table and not UNMEASURED_CAUSE.search(table)
