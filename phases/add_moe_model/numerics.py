@@ -4,8 +4,8 @@ The phase sends the Phase 2 synthetic entry to one worker call that compares the
 unmodified HF MoE block with the target's Titan MoE twice on the same weights: in
 bf16 (the skill's verdict) and with both sides run in fp32 (a labelled diagnostic; the dtype
 each side's matmuls really ran in is measured beside it, since torchtitan's experts cast to bf16
-whatever the run's dtype, and its reading says "agrees" only at KL PASS and max_diff 0). One call, not two, because the torchtitan import
-dominates a synthetic model's cost on CPU. Each row also says how firm its tier is (KL in
+whatever the run's dtype, and its reading says "agrees" only at KL PASS and max_diff 0).
+One call, not two, because the torchtitan import dominates a synthetic model's cost on CPU. Each row also says how firm its tier is (KL in
 float64, spread under a one-ulp input change: work/firmness.py). The verdict decides the
 route: PASS -> "pass"; WARN, FAIL, or a PASS that the spread carries across 1e-6 (shown
 "PASS|WARN") -> "gap" (Phase 3c is mandatory then); ERROR, SKIP or a failed state-dict

@@ -65,7 +65,7 @@ def diagnostic_reading(r: Any) -> str:
     if r.status == "PASS" and r.max_diff == 0.0:
         reading = f"agrees (KL {r.kl:.2e}, max_diff 0.00)"
     elif r.status == "PASS":
-        reading = f"does not agree: KL {r.kl:.2e} passes, but max_diff is {r.max_diff:.2e}"
+        reading = f"does not agree: KL {r.kl:.2e} passes, but max_diff {r.max_diff:.2e} is not 0"
     else:
         reading = f"differs: KL {r.kl:.2e} ({r.status}), max_diff {r.max_diff:.2e}"
     below = getattr(r, "matmuls_below_run_dtype", None) or {}
