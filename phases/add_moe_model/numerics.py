@@ -2,16 +2,17 @@
 
 The phase sends the Phase 2 synthetic entry to one worker call that compares the
 unmodified HF MoE block with the target's Titan MoE twice on the same weights: in
-bf16 (the skill's verdict) and with both sides run in fp32 (a labelled diagnostic; the dtype
-each side's matmuls really ran in is measured beside it, since torchtitan's experts cast to bf16
-whatever the run's dtype, and its reading says "agrees" only at KL PASS and max_diff 0).
-One call, not two, because the torchtitan import dominates a synthetic model's cost on CPU. Each row also says how firm its tier is (KL in
-float64, spread under a one-ulp input change: work/firmness.py). The verdict decides the
-route: PASS -> "pass"; WARN, FAIL, or a PASS that the spread carries across 1e-6 (shown
-"PASS|WARN") -> "gap" (Phase 3c is mandatory then); ERROR, SKIP or a failed state-dict
-round trip -> the skill's triage as issues: needs_agent where the fix is the experiment folder's,
-needs_human where it is not (transformers, torchtitan core, our synthetic entry: ``NOT_THE_AGENTS``),
-failed where it is our own (``OURS``). Which codes go to the agent, and what each promises, is
+bf16 (the skill's verdict) and with both sides run in fp32 (a labelled diagnostic; the
+dtype each side's matmuls really ran in is measured beside it, since torchtitan's experts
+cast to bf16 whatever the run's dtype, and its reading says "agrees" only at KL PASS and
+max_diff 0). One call, not two, because the torchtitan import dominates a synthetic
+model's cost on CPU. Each row also says how firm its tier is (KL in float64, spread under
+a one-ulp input change: work/firmness.py). The verdict decides the route: PASS -> "pass";
+WARN, FAIL, or a PASS that the spread carries across 1e-6 (shown "PASS|WARN") -> "gap"
+(Phase 3c is mandatory then); ERROR, SKIP or a failed state-dict round trip -> the skill's
+triage as issues: needs_agent where the fix is the experiment folder's, needs_human where
+it is not (transformers, torchtitan core, our synthetic entry: ``NOT_THE_AGENTS``), failed
+where it is our own (``OURS``). Which codes go to the agent, and what each promises, is
 declared in ``fixability_numerics``.
 
 Where the target ships the skill's numerical_equivalence.py, that script runs too, for the
