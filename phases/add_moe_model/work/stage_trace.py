@@ -119,14 +119,28 @@ def _trace(bench: Any, *, dtype: str) -> TraceResult:
     moe_blocks.load_through_adapter(titan, bench.site)
     layout = detect_moe_layout(titan, hidden=bench.config.hidden_size)
     tt = capture_titan(titan, layout.tokens(hf["x"]), experts=params["num_experts"])
-    stages = [logits_stage(hf, tt), routing_stage(hf, tt)]
-    stages += routed_stages(bench.site.experts, titan, hf)
-    stages += [block_on_hf_routing_stage(titan, layout, hf, tt), block_stage(hf, tt)]
+    stages = [*measured((ROUTER_LOGITS,), lambda: [logits_stage(hf, tt)]),
+              *measured((ROUTING,), lambda: [routing_stage(hf, tt)]),
+              *measured((EXPERT_OUTPUTS, SCORE_APPLICATION, COMBINE),
+                        lambda: routed_stages(bench.site.experts, titan, hf)),
+              *measured((BLOCK_ON_HF_ROUTING,), lambda: [block_on_hf_routing_stage(titan, layout, hf, tt)]),
+              block_stage(hf, tt)]
     below = matmuls_below(titan, lambda: titan(layout.tokens(hf["x"])), dtype=dt)
     return TraceResult(model_type=bench.model_type, dtype=dtype, device=bench.device, status="traced",
                        stages=stages, first_divergence=first_divergence(stages),
                        kernel=kernel_check(bench, titan, layout, hf), titan_matmuls_below_run_dtype=below,
                        versions=bench.versions, seed=bench.seed)
+
+
+def measured(names: tuple[str, ...], measure: Any) -> list[StageRow]:
+    """The stages ``measure()`` returns, or each named "not measured" with the error it raised: one stage a
+    model's code cannot take (an experts module with another signature, say) leaves the others measured."""
+    from phases.add_moe_model.work.error_origin import describe_error
+
+    try:
+        return measure()
+    except Exception as exc:  # noqa: BLE001 - recorded in the row, the trace goes on
+        return [StageRow(stage=name, detail=f"not measured: {describe_error(exc)}") for name in names]
 
 
 def first_divergence(stages: list[StageRow]) -> str | None:
@@ -197,7 +211,7 @@ def capture_hf(bench: Any, *, dtype: Any, device: Any, experts: int) -> dict[str
     why = "" if routing else (f"HF's experts module ran {len(calls)} times" if len(calls) != 1 else
                               "HF's experts module takes no (hidden_states, top_k_index, top_k_weights)")
     return {"x": x, "out": out, "logits": probe.logits, "logits_op": probe.op, "routing": routing,
-            "why_no_routing": why, "experts_module": site.experts}
+            "why_no_routing": why}
 
 
 def capture_titan(titan: Any, x: Any, *, experts: int) -> dict[str, Any]:
@@ -276,17 +290,20 @@ def routed_stages(hf_experts: Any, titan: Any, hf: dict[str, Any]) -> list[Stage
         return [StageRow(stage=s, detail=why) for s in (EXPERT_OUTPUTS, SCORE_APPLICATION, COMBINE)]
     hidden, ids, weights = routing["hidden"], routing["ids"], routing["weights"]
 
+    outputs: list[Any] = []
+
     def both(w: Any) -> float:
         with torch.no_grad():
             ref = hf_experts(hidden, ids, w)
             got = run_titan_routed(titan, hidden, ids, w)
+        outputs[:] = [ref, got]
         return _max_diff(ref, got.reshape(ref.shape))
 
     slots = range(ids.shape[-1])
     unit = [both(_one_slot(torch.ones_like(weights), k)) for k in slots]
     scored = [both(_one_slot(weights, k)) for k in slots]
     combined = both(weights)
-    dtypes = dict(hf_dtype=_dtype(hidden), titan_dtype=_dtype(hidden))
+    dtypes = dict(hf_dtype=_dtype(outputs[0]), titan_dtype=_dtype(outputs[1]))
     return [StageRow(stage=EXPERT_OUTPUTS, max_diff=max(unit), detail=f"per slot {_list(unit)} (weight 1)", **dtypes),
             StageRow(stage=SCORE_APPLICATION, max_diff=max(scored), detail=f"per slot {_list(scored)} (HF's weight)",
                      **dtypes),
