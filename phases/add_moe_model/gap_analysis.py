@@ -74,6 +74,8 @@ def follow_the_trace(ctx: PhaseContext, rows: list[dict[str, Any]]) -> dict[str,
         if rows[-1]["patch_id"] is not None:
             trace = None
     return trace
+
+
 def standing_trace(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The latest trace when no patch was applied after it (it still describes the tree), else None."""
     for row in reversed(rows):
