@@ -42,7 +42,8 @@ def unit_of(nodeid: str) -> str:
 # Units that take minutes go first, so that neither worker starts one near the end (longest first).
 LONGEST_FIRST = ("real_runs", "tests/test_lcp_workflow_e2e.py", "slurm", "tests/test_moe_numerics.py",
                  "tests/test_moe_probe.py", "tests/test_moe_synthetic.py", "tests/test_moe_pretrained.py",
-                 "tests/test_moe_gap_recipes.py", "tests/test_agent_fix_offer.py", "tests/test_agent_moe_fix.py",
+                 "tests/test_moe_gap_cpu.py", "tests/test_moe_gap_recipes.py", "tests/test_agent_fix_offer.py",
+                 "tests/test_agent_moe_fix.py",
                  "tests/test_moe_fixability_numerics.py")
 
 

@@ -2,7 +2,8 @@
 
 The cheap tests check structure and ``git apply``; the slow ones apply the patches
 cumulatively to a git copy of the installed torchtitan and measure what the skill
-predicts (a smaller gap), plus the kernel-alignment worker.
+predicts (a smaller gap), with the stage trace before and after and the hypothesis
+patch it points to.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import git
 import pytest
 
-from phases.add_moe_model import gap_recipes
+from phases.add_moe_model import gap_hypotheses, gap_recipes
 from tests.conftest import call_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +93,47 @@ def test_not_applicable_names_the_structure_it_looked_for(tmp_path: Path) -> Non
     assert missing.status == "not_applicable" and gap_recipes.MOE in missing.reason
 
 
-# qwen3_moe at production width (H=2048, I=768): cheap enough to run five times on CPU.
+HYPOTHESES = (gap_hypotheses.build_fp32_router_gate_patch, gap_hypotheses.build_experts_run_dtype_patch)
+
+
+def _hypotheses_apply_once(repo: git.Repo) -> None:
+    target = Path(repo.working_tree_dir)
+    for build in HYPOTHESES:
+        patch = build(target)
+        assert patch.status == "applicable", (patch.name, patch.reason)
+        _apply(repo, patch.diff)
+    moe = (target / gap_recipes.MOE).read_text()
+    compile(moe, gap_recipes.MOE, "exec")
+    assert "torch.func.functional_call(self.gate, {n: p.float() for n, p in self.gate.named_parameters()}" in moe
+    assert ".bfloat16()" not in moe
+    again = [build(target) for build in HYPOTHESES]
+    assert [p.status for p in again] == ["not_applicable"] * 2
+    assert "calls no submodule on one input" in again[0].reason and "casts nothing to bf16" in again[1].reason
+
+
+def test_hypotheses_find_their_code_by_what_it_does_in_0_3_0_and_apply_once(core_repo: git.Repo) -> None:
+    _hypotheses_apply_once(core_repo)
+
+
+def test_hypotheses_find_their_code_by_what_it_does_on_main(main_snapshot: Path, tmp_path: Path) -> None:
+    """main's router and experts take x_TD and sit at other lines: the same structure is found."""
+    from tests.conftest import clone_of
+
+    _hypotheses_apply_once(git.Repo(clone_of(main_snapshot, tmp_path / "tt")))
+
+
+def test_a_router_without_a_gate_submodule_is_not_patched_and_says_what_it_looked_for(tmp_path: Path) -> None:
+    (tmp_path / gap_recipes.MOE).parent.mkdir(parents=True)
+    (tmp_path / gap_recipes.MOE).write_text(
+        "import torch\n\n\nclass Router:\n    def forward(self, x):\n        return torch.topk(self._logits(x), 2)\n\n"
+        "    def _logits(self, x):\n        return x @ self.weight.t()\n")
+    patch = gap_hypotheses.build_fp32_router_gate_patch(tmp_path)
+    assert patch.status == "not_applicable" and "Router.forward() calls no submodule" in patch.reason
+    experts = gap_hypotheses.build_experts_run_dtype_patch(tmp_path)
+    assert experts.status == "not_applicable" and "_grouped_mm" in experts.reason
+
+
+# qwen3_moe at production width (H=2048, I=768): cheap enough to measure seven times on CPU.
 QWEN3 = dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
              num_experts=8, num_experts_per_tok=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
              norm_topk_prob=True, decoder_sparse_step=1, num_hidden_layers=1, vocab_size=256,
@@ -100,31 +141,47 @@ QWEN3 = dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, m
 REQUEST = {"model_type": "qwen3_moe", "config_kwargs": QWEN3, "dtype": "bfloat16", "device": "cpu"}
 RECIPES = (gap_recipes.build_fp32_combine_patch, gap_recipes.build_token_order_sum_patch,
            gap_recipes.build_sorted_topk_patch)
+FP32 = {**REQUEST, "dtype": "float32"}
+COMPARE = "phases.add_moe_model.work.numerics:compare"
+TRACE = "phases.add_moe_model.work.stage_trace:trace_stages"
 
 
 @pytest.fixture(scope="session")
 def gap_table(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """Baseline, each recipe applied cumulatively, kernel alignment before/after; then revert."""
+    """Baseline and its trace, each recipe applied cumulatively, the trace again, the hypothesis it points to;
+    then the same in fp32 on top (the trace, the experts' hypothesis); then revert."""
     repo = _git_copy(tmp_path_factory.mktemp("tt_target"), whole_package=True)
     target = Path(repo.working_tree_dir)
-    compare = "phases.add_moe_model.work.numerics:compare"
-    align = "phases.add_moe_model.work.kernel_align:kernel_alignment"
-    rows = {"baseline": call_worker(compare, REQUEST, target=target),
-            "align_baseline": call_worker(align, REQUEST, target=target)}
+    rows = {"baseline": call_worker(COMPARE, REQUEST, target=target),
+            "trace_baseline": call_worker(TRACE, REQUEST, target=target)}
     for build in RECIPES:
         patch = build(target)
         assert patch.status == "applicable", patch.reason
         _apply(repo, patch.diff)
-        rows[f"+{patch.name}"] = call_worker(compare, REQUEST, target=target)
-    rows["align_final"] = call_worker(align, REQUEST, target=target)
+        rows[f"+{patch.name}"] = call_worker(COMPARE, REQUEST, target=target)
+    rows["trace_recipes"] = call_worker(TRACE, REQUEST, target=target)
+    router = gap_hypotheses.build_fp32_router_gate_patch(target)
+    assert router.status == "applicable", router.reason
+    _apply(repo, router.diff)
+    rows["+fp32_router_gate"] = call_worker(COMPARE, REQUEST, target=target)
+    rows["trace_final"] = call_worker(TRACE, REQUEST, target=target)
+    rows["trace_fp32"] = call_worker(TRACE, FP32, target=target)
+    experts = gap_hypotheses.build_experts_run_dtype_patch(target)
+    assert experts.status == "applicable", experts.reason
+    _apply(repo, experts.diff)
+    rows["+experts_run_dtype"] = call_worker(COMPARE, FP32, target=target)
     repo.git.checkout("--", ".")
     assert not repo.is_dirty()
     return rows
 
 
+def _stage(trace: dict, name: str) -> dict:
+    return next(row for row in trace["stages"] if row["stage"] == name)
+
+
 @pytest.mark.slow
 def test_fp32_combine_shrinks_the_gap_and_k2_order_patches_change_nothing(gap_table: dict[str, dict]) -> None:
-    assert all(r["status"] != "ERROR" for r in gap_table.values()), gap_table
+    assert all(r["status"] not in ("ERROR", "SKIP") for r in gap_table.values()), gap_table
     base, fp32 = gap_table["baseline"], gap_table["+fp32_combine"]
     # Observed on one CPU (bf16): max_diff 7.81e-03 -> 3.91e-03, KL 1.6e-11 -> 3.4e-12. KL that small
     # is below the fp32 estimator's resolution and bf16 kernels differ by CPU, so what holds on any
@@ -137,18 +194,23 @@ def test_fp32_combine_shrinks_the_gap_and_k2_order_patches_change_nothing(gap_ta
 
 
 @pytest.mark.slow
-def test_kernel_alignment_separates_kernel_from_transfer(gap_table: dict[str, dict]) -> None:
-    before, after = gap_table["align_baseline"], gap_table["align_final"]
-    for row in (before, after):
-        assert row["status"] == "verified", row
-        assert row["hf_kernel_on_titan_weights_max_diff"] == 0.0
-        assert row["weight_max_diff"] == {"gate_up_proj": 0.0, "down_proj": 0.0}
-    # Titan's experts+combine on HF's routing: bf16 combine differs, the patched one is exact.
-    # What remains in the block comparison after the patches is the router: on CPU Titan's
-    # fp32 autocast on the gate is inactive, so its gate runs in bf16 while HF's runs in fp32.
-    assert before["titan_kernel_on_hf_routing_max_diff"] > 0.0
-    assert after["titan_kernel_on_hf_routing_max_diff"] == 0.0
-    assert gap_table["+sorted_topk"]["max_diff"] > 0.0
+def test_the_trace_finds_each_divergence_where_the_patch_that_closes_it_acts(gap_table: dict[str, dict]) -> None:
+    """Before the recipes the routed path's combine differs; after them the router's logits are the first stage
+    that differs, in dtype as in value (on CPU the gate's fp32 autocast does not act); the router hypothesis then
+    brings the whole block to 0.00, and the trace shows every stage 0.00."""
+    before, after, final = gap_table["trace_baseline"], gap_table["trace_recipes"], gap_table["trace_final"]
+    assert all(t["status"] == "traced" for t in (before, after, final))
+    assert _stage(before, "combine")["max_diff"] > 0.0 and _stage(after, "combine")["max_diff"] == 0.0
+    assert after["first_divergence"] == "router logits"
+    logits = _stage(after, "router logits")
+    assert logits["max_diff"] > 0.0 and (logits["hf_dtype"], logits["titan_dtype"]) == ("float32", "bfloat16")
+    assert _stage(after, "block on HF's routing")["max_diff"] == 0.0  # given HF's routing, Titan's block is exact
+    assert _stage(after, "block")["max_diff"] == gap_table["+sorted_topk"]["max_diff"] > 0.0
+    assert after["kernel"]["hf_kernel_on_titan_weights_max_diff"] == 0.0
+    assert after["kernel"]["weight_max_diff"] == {"gate_up_proj": 0.0, "down_proj": 0.0}
+    assert gap_table["+fp32_router_gate"]["max_diff"] == 0.0
+    assert final["first_divergence"] is None and all(row["max_diff"] == 0.0 for row in final["stages"])
+    assert final["titan_matmuls_below_run_dtype"] == []
 
 
 def test_a_re_run_after_the_agents_patch_builds_on_its_row_and_an_interrupted_one_starts_over() -> None:
@@ -160,7 +222,7 @@ def test_a_re_run_after_the_agents_patch_builds_on_its_row_and_an_interrupted_on
     from phases.add_moe_model.workflow import WORKFLOW
 
     made = (("baseline", None, 0.125), ("+fp32 combine accumulation", "patch-1", 0.125),
-            ("+kernel align", None, 0.125), ("fp32 router gate", "patch-2", 0.0))
+            ("trace", None, 0.125), ("fp32 router gate", "patch-2", 0.0))
     rows = [{"label": label, "patch_id": patch, "attempt": 1, "max_diff": diff, "kl": None, "description": "",
              "log": ""} for label, patch, diff in made]
 
@@ -174,17 +236,19 @@ def test_a_re_run_after_the_agents_patch_builds_on_its_row_and_an_interrupted_on
     assert current_rows(reverted) == [], "after reconcile reverted everything the attempt starts over"
 
 
-def test_a_router_residual_on_cpu_names_autocast_only_where_the_fp32_comparison_agrees() -> None:
-    """Blind trial 2 (dots1, minimax_m2): the row named the fp32 router autocast as the likely cause while the fp32
-    comparison differed as well, which autocast cannot cause."""
-    from phases.add_moe_model.gap_analysis import classify_alignment
+@pytest.mark.slow
+def test_in_fp32_the_trace_finds_titans_experts_in_bf16_and_their_hypothesis_makes_it_fp32_on_both_sides(
+        gap_table: dict[str, dict]) -> None:
+    """torchtitan's GroupedExperts casts to bf16 whatever the run's dtype: an "fp32" comparison is not fp32 on Titan's
+    side. The trace measures it (the expert outputs differ, Titan's grouped matmuls ran in bf16), points to the
+    experts' casts rather than calling it a kernel difference, and without them both sides agree exactly."""
+    from phases.add_moe_model import gap_trace
 
-    cpu = {"status": "verified", "device": "cpu", "hf_kernel_on_titan_weights_max_diff": 0.0,
-           "titan_kernel_on_hf_routing_max_diff": 0.0}
-    agrees = classify_alignment(cpu, fp32_kl=3e-7)
-    differs = classify_alignment(cpu, fp32_kl=1.38e-5)
-    assert agrees[0] and "the likely cause" in agrees[1] and "accepted on CPU without a trace" in agrees[1]
-    assert differs[0] and "is not its cause" in differs[1] and "likely cause" not in differs[1]
-    assert "KL 1.38e-05" in differs[1]
-    cuda = classify_alignment({**cpu, "device": "cuda"}, fp32_kl=1.38e-5)
-    assert not cuda[0] and "trace it" in cuda[1]
+    trace = gap_table["trace_fp32"]
+    assert trace["first_divergence"] == "expert outputs" and _stage(trace, "router logits")["max_diff"] == 0.0
+    assert {(r["module"], r["op"], tuple(r["dtypes"])) for r in trace["titan_matmuls_below_run_dtype"]} == {
+        ("routed_experts.inner_experts", "_grouped_mm", ("bfloat16",))}
+    assert not gap_trace.kernel_verified(trace)
+    assert gap_trace.pick_hypothesis(trace, tried=set())[1] == gap_trace.EXPERTS_RUN_DTYPE
+    fixed = gap_table["+experts_run_dtype"]
+    assert fixed["max_diff"] == 0.0 and fixed["matmuls_below_run_dtype"] == {"hf": [], "titan": []}

@@ -42,8 +42,26 @@ def summary_caveat(results: Results) -> str:
 
 
 def caveat_lines(results: Results) -> list[str]:
-    """One line per caveat, the torchrun rows' as ``row_lines`` give them."""
-    return [c for c in caveats(results) if not c.startswith("parallelism rows")] + row_lines(results)
+    """One line per caveat, the torchrun rows' as ``row_lines`` give them; a numerics tier that is not PASS says how
+    its gap analysis ended."""
+    lines = [c for c in caveats(results) if not c.startswith("parallelism rows")]
+    return [f"{line}; {gap_line(results)}" if line.startswith("numerics ") and gap_line(results) else line
+            for line in lines] + row_lines(results)
+
+
+def gap_line(results: Results) -> str:
+    """"its gap analysis reached max_diff 0.00 with the last of 4 temporary core patches (+fp32 router gate), all
+    reverted", else how it ended (a verified kernel difference, or "not explained" where a person waived the
+    residual), or "" without a gap analysis."""
+    gap = results.gap_analysis
+    if gap is None or not gap.rows:
+        return ""
+    last = gap.rows[-1]
+    patches = sum(1 for r in gap.rows if r.patch_id)
+    if last.max_diff == 0.0 and last.patch_id:
+        return (f"its gap analysis reached max_diff 0.00 with the last of {patches} temporary core patches "
+                f"({last.label}), all reverted")
+    return f"its gap analysis: {gap.explanation or last.description}"
 
 
 def row_lines(results: Results) -> list[str]:

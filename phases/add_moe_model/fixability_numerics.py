@@ -50,10 +50,11 @@ NOT_YET_SHOWN: dict[str, str] = {
 }
 
 LEDGER_PATCH: dict[str, str] = {
-    "residual_gap_unexplained": "a temporary hypothesis patch (core files included) through the patch ledger: "
-                                "`orchestrator patch RUN --file PATCH --label TEXT` or the submit tool's kind=patch; "
-                                "the engine measures it and reverts every patch before the table. Never an "
-                                "experiment-folder edit, never committed (tests/test_moe_gap_recipes.py, "
+    "residual_gap_unexplained": "a temporary hypothesis patch (core files included) for the stage where the trace "
+                                "finds HF and Titan first diverge, through the patch ledger: `orchestrator patch RUN "
+                                "--file PATCH --label TEXT` or the submit tool's kind=patch; the engine measures it, "
+                                "traces again and reverts every patch before the table. Never an experiment-folder "
+                                "edit, never committed (tests/test_moe_gap_cpu.py, tests/test_moe_gap_recipes.py, "
                                 "tests/test_engine_ledger.py)",
 }
 

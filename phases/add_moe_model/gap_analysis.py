@@ -1,13 +1,17 @@
 """Phase 3c: numerical gap analysis with temporary core patches (skill A.4).
 
-Runs whenever numerics is WARN or FAIL, without asking anyone. Rows are cumulative and
-in application order: the baseline (the Phase 3 verdict), then each built-in recipe
-(fp32 accumulation in combine, token-order sum, sorted top-k) written against the
-target's current core files and applied through the engine's ledger, each re-measured in
-a fresh process, then the kernel-alignment check. When the final max_diff is 0, or the
-residual is a verified kernel difference, every patch is reverted with proof and the
-table is written. Otherwise the run waits for the agent's own patches (``orchestrator
-patch``). An interrupted attempt is reconciled by reverting its patches and starting over.
+Runs whenever numerics is WARN or FAIL, without asking anyone. Rows are cumulative and in application
+order: the baseline (the Phase 3 verdict), then each built-in recipe (fp32 accumulation in combine,
+token-order sum, sorted top-k) written against the target's current core files and applied through the
+engine's ledger, each re-measured in a fresh process. While max_diff is not 0, the skill's step 4 follows:
+the stage trace (``gap_trace``) compares HF and Titan stage by stage on the same input and names the first
+divergence; the hypothesis patch it points to (``gap_hypotheses``: the router's gate dtype, the experts'
+bf16 casts) is applied and measured the same way, and the trace runs again. The residual is explained when
+max_diff reaches 0 or the trace verifies a kernel difference (HF's experts kernel on Titan's weights gives
+0.00 in Titan's block); then every patch is reverted with proof and the table is written. Otherwise the
+text says "not explained" and the run waits for the agent's own hypothesis patches (``orchestrator
+patch``), naming the stage where the divergence begins; a person waives it or aborts where none explains
+it. An interrupted attempt is reconciled by reverting its patches and starting over.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from typing import Any
 
 from orchestrator import ledger
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult
-from phases.add_moe_model.records import GapRow, Numerics, Synthetic, diagnostic_result
-from phases.add_moe_model.rules import KL_PASS
+from phases.add_moe_model import gap_trace
+from phases.add_moe_model.records import GapRow, Numerics, Synthetic
 from phases.add_moe_model.work.numerics import CompareRequest
-from phases.add_moe_model.workers import KERNEL_ALIGN, NUMERICS
+from phases.add_moe_model.workers import NUMERICS, TRACE
 from phases.add_moe_model.workspace import EXP
 
 VERDICT_DTYPE = "bfloat16"
@@ -31,22 +35,56 @@ def run(ctx: PhaseContext) -> PhaseResult:
         rows.append(record_baseline(ctx))
     ctx.plan(planned_calls(rows))
     for recipe_builder, label in recipe_sequence():
-        if rows[-1]["max_diff"] == 0.0:
+        if closed(rows):
             break
-        if any(r["label"] == label for r in rows):
-            continue
-        rows.append(apply_recipe(ctx, recipe_builder, label))
-    if rows[-1]["max_diff"] != 0.0 and not any(r["label"] == "+kernel align" for r in rows):
-        rows.append(check_kernel_alignment(ctx))
+        if label not in labels(rows):
+            rows.append(apply_recipe(ctx, recipe_builder, label))
+    trace = follow_the_trace(ctx, rows)
     if not explained(rows):
-        return wait_for_agent(ctx, rows)
+        return wait_for_agent(ctx, rows, trace)
     proof = ledger.revert_all(ctx)
     table = ctx.render("gap_table.md.j2", rows=rows, proof=proof, base=ctx.base["commit"])
     ctx.write_artifact("gap_table.md", table)
+    how = explanation(rows)
+    return PhaseResult(outcome="passed", summary=f"gap analysis: {len(rows)} rows, {how}; all patches reverted",
+                       data={"rows": rows, "reverted": proof, "explanation": how})
+
+
+def explanation(rows: list[dict[str, Any]]) -> str:
+    """How the residual ended, from the rows: the closing row (and what it tested), or the verified kernel trace."""
     final = rows[-1]
-    return PhaseResult(outcome="passed", summary=f"gap analysis: {len(rows)} rows, final max_diff "
-                       f"{fmt(final['max_diff'])} ({final['description']}); all patches reverted",
-                       data={"rows": rows, "reverted": proof})
+    if closed(rows):
+        return f"max_diff 0.00 from row '{final['label']}': {final['description']}"
+    trace = next(r for r in reversed(rows) if r.get("kernel_verified") and r.get("trace"))
+    return f"final max_diff {fmt(final['max_diff'])}, {gap_trace.kernel_text(trace['trace'])}"
+
+
+def follow_the_trace(ctx: PhaseContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Skill step 4: trace, apply the hypothesis the first divergence points to, trace again; stop when max_diff is
+    0 or no hypothesis fits (each is tried once). Returns the last trace standing (None when the gap closed)."""
+    trace = standing_trace(rows)
+    while not closed(rows):
+        if trace is None:
+            rows.append(trace_row(ctx))
+            trace = rows[-1]["trace"]
+        hypothesis = gap_trace.pick_hypothesis(trace, tried=labels(rows))
+        if hypothesis is None:
+            break
+        builder, label = hypothesis
+        rows.append(apply_recipe(ctx, builder, label, why=gap_trace.ask_text(trace)))
+        if rows[-1]["patch_id"] is not None:
+            trace = None
+    return trace
+
+
+def standing_trace(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The latest trace when no patch was applied after it (it still describes the tree), else None."""
+    for row in reversed(rows):
+        if row.get("trace"):
+            return row["trace"]
+        if row.get("patch_id"):
+            return None
+    return None
 
 
 def reconcile(ctx: PhaseContext) -> PhaseResult:
@@ -94,6 +132,21 @@ def recipe_sequence() -> list[tuple[Any, str]]:
             (gap_recipes.build_sorted_topk_patch, "+sorted topk")]
 
 
+def labels(rows: list[dict[str, Any]]) -> set[str]:
+    return {r["label"] for r in rows}
+
+
+def closed(rows: list[dict[str, Any]]) -> bool:
+    """The latest measurement (a patch's, or a trace's of the block) is max_diff 0."""
+    return rows[-1]["max_diff"] == 0.0
+
+
+def explained(rows: list[dict[str, Any]]) -> bool:
+    """max_diff 0, or a trace since the last applied patch verified a kernel difference."""
+    since = rows[max((i for i, r in enumerate(rows) if r.get("patch_id")), default=0):]
+    return closed(rows) or any(r.get("kernel_verified") and r.get("trace") for r in since)
+
+
 def record_baseline(ctx: PhaseContext) -> dict[str, Any]:
     verdict = ctx.result("numerics", Numerics).verdict
     log = next((n for n in sorted(ctx.state["artifacts"]) if "-numerics-" in n), "")
@@ -108,13 +161,16 @@ def add_row(ctx: PhaseContext, row: GapRow) -> dict[str, Any]:
     return data
 
 
-def apply_recipe(ctx: PhaseContext, builder: Any, label: str) -> dict[str, Any]:
+def apply_recipe(ctx: PhaseContext, builder: Any, label: str, *, why: str = "") -> dict[str, Any]:
+    """Build a recipe against the current files, apply it through the ledger and measure it (``why``: the trace's
+    finding a hypothesis patch tests, said in its row)."""
     recipe = builder(ctx.target)
+    reason = f" (tests: {why})" if why else ""
     if recipe.status != "applicable":
         return add_row(ctx, GapRow(label=label, patch_id=None, attempt=rows_attempt(ctx), max_diff=current_max(ctx),
-                                   kl=None, description=f"not applicable: {recipe.reason}", log=""))
+                                   kl=None, description=f"not applicable: {recipe.reason}{reason}", log=""))
     applied = ledger.apply_in_context(ctx, diff=recipe.diff, label=label, scope=(EXP,))
-    return ledger_row(ctx, label=label, patch_id=applied["patch_id"], description=recipe.description)
+    return ledger_row(ctx, label=label, patch_id=applied["patch_id"], description=recipe.description + reason)
 
 
 def ledger_row(ctx: PhaseContext, *, label: str, patch_id: str, description: str) -> dict[str, Any]:
@@ -144,59 +200,21 @@ def numerics_request(ctx: PhaseContext, **fields: Any) -> dict[str, Any]:
                           seed=42, **fields).model_dump()
 
 
-def check_kernel_alignment(ctx: PhaseContext) -> dict[str, Any]:
-    """Step 3 of the skill: run the experts with HF's kernel on Titan's weights (patches applied)."""
-    request = numerics_request(ctx, dtype=VERDICT_DTYPE)
-    result = ctx.call(KERNEL_ALIGN, request, label="kernel alignment").model_dump()
-    verified, description = classify_alignment(result, fp32_kl=fp32_diagnostic_kl(ctx))
-    return add_row(ctx, GapRow(
-        label="+kernel align", patch_id=None, attempt=rows_attempt(ctx), max_diff=current_max(ctx), kl=None,
-        kernel_verified=verified, log=ctx.last_worker_log, description=description,
-        hf_kernel_on_titan_weights_max_diff=result.get("hf_kernel_on_titan_weights_max_diff"),
-        titan_kernel_on_hf_routing_max_diff=result.get("titan_kernel_on_hf_routing_max_diff")))
-
-
-def fp32_diagnostic_kl(ctx: PhaseContext) -> float | None:
-    """The numerics phase's fp32-vs-fp32 KL (its diagnostic row), None when it was not measured."""
-    row = diagnostic_result(ctx.result("numerics", Numerics))
-    return row.kl if row else None
-
-
-def classify_alignment(result: dict[str, Any], *, fp32_kl: float | None = None) -> tuple[bool, str]:
-    """Whether the residual is explained, and how (the row's description).
-
-    On CPU a residual left in the router is accepted without a trace (no CUDA router to compare); the text names
-    the cause only where the evidence allows: Titan's fp32 router autocast, inactive on CPU, can explain a bf16
-    gap, but not one the fp32 comparison shows too.
-    """
-    same = result.get("hf_kernel_on_titan_weights_max_diff")
-    kernel_gap = result.get("titan_kernel_on_hf_routing_max_diff")
-    if result["status"] != "verified":
-        return False, f"NOT verified: {result.get('reason') or result.get('error') or result['status']}"
-    if kernel_gap:
-        return True, (f"verified kernel difference: HF kernel on Titan's weights max_diff {fmt(same)}, "
-                      f"Titan's experts on HF's routing differ by {fmt(kernel_gap)}")
-    if result.get("device") == "cpu":
-        where = ("residual in the router, on CPU: Titan's experts+combine match HF exactly (0.00) on HF's routing, "
-                 "so the gap is in the scores / top-k; ")
-        if fp32_kl is not None and fp32_kl >= KL_PASS:
-            return True, where + (f"the fp32 comparison differs too (KL {fmt(fp32_kl)}), so the fp32 router autocast "
-                                  "is not its cause: a difference in how the router scores or picks, accepted on CPU "
-                                  "without a trace")
-        return True, where + ("Titan's fp32 router autocast is inactive on CPU (torch CPU autocast takes bf16/fp16 "
-                              "only) and the fp32 comparison agrees, the likely cause; accepted on CPU without a trace")
-    return False, ("NOT verified: experts+combine match HF exactly on HF's routing, so the residual is in the "
-                   "router (scores / top-k); trace it and submit a hypothesis patch")
+def trace_row(ctx: PhaseContext) -> dict[str, Any]:
+    """Run the stage trace on the tree as patched now; its row holds the block's max_diff as the trace measured it."""
+    before = current_max(ctx)
+    trace = ctx.call(TRACE, numerics_request(ctx, dtype=VERDICT_DTYPE), label="stage trace").model_dump()
+    log = ctx.last_worker_log
+    _, fields = gap_trace.record_trace(ctx, trace, log=log)
+    if fields["max_diff"] is not None and before is not None and fields["max_diff"] != before:
+        fields["description"] += (f" (the row before measured max_diff {fmt(before)} on the same tree: the two runs "
+                                  "disagree)")
+    return add_row(ctx, GapRow(label="trace", patch_id=None, attempt=rows_attempt(ctx), kl=None, log=log, **fields))
 
 
 def current_max(ctx: PhaseContext) -> float | None:
     rows = current_rows(ctx)
     return rows[-1]["max_diff"] if rows else None
-
-
-def explained(rows: list[dict[str, Any]]) -> bool:
-    last_measured = [r for r in rows if r["label"] != "+kernel align"][-1]
-    return last_measured["max_diff"] == 0.0 or any(r.get("kernel_verified") for r in rows)
 
 
 RESIDUAL = "residual_gap_unexplained"
@@ -206,22 +224,41 @@ RESIDUAL_FIX = ("a temporary hypothesis patch through the patch ledger (core fil
                 "before the phase passes; never committed): not an edit of the experiment folder")
 
 
-def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]]) -> PhaseResult:
-    """The residual for the agent; when a person has waived it, the phase's patches are reverted first."""
+def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[str, Any] | None) -> PhaseResult:
+    """The residual for the agent, with the trace's first divergence; when a person has waived it, the phase's
+    patches are reverted first."""
     data: dict[str, Any] = {"rows": rows}
+    attempt = rows_attempt(ctx)  # before a revert empties the ledger
     reverted = ledger.revert_if_waived(ctx, RESIDUAL)
     if reverted is not None:
-        data["reverted"] = reverted
+        rows.append(waived_row(ctx, rows, trace, attempt=attempt))
+        data.update(reverted=reverted, explanation=rows[-1]["description"])
         ctx.write_artifact("gap_table.md", ctx.render("gap_table.md.j2", rows=rows, proof=reverted,
                                                       base=ctx.base["commit"]))
+    table = next((r["trace_table"] for r in reversed(rows) if r.get("trace_table")), None)
     issue = Issue(code=RESIDUAL,
-                  message=f"max_diff {fmt(rows[-1]['max_diff'])} remains after the built-in recipes and is not a "
-                          "verified kernel difference: trace router logits -> weights -> experts -> combine and submit "
-                          "a hypothesis patch (tool submit, kind patch {diff, label}; CLI "
-                          f"`orchestrator patch {ctx.run_id} --file PATCH --label TEXT`)",
+                  message=f"max_diff {fmt(rows[-1]['max_diff'])} remains after the built-in recipes and the trace's "
+                          f"hypotheses, not explained: {gap_trace.ask_text(trace)}"
+                          + (f" (stage table: {table})" if table else "") + ". Write a hypothesis patch for that "
+                          "stage and submit it (tool submit, kind patch {diff, label}; CLI "
+                          f"`orchestrator patch {ctx.run_id} --file PATCH --label TEXT`): it is measured in a fresh "
+                          "process and the trace runs again. If no patch explains it, say what you tried in a note: "
+                          "a person decides with the trace as evidence (waive residual_gap_unexplained, or abort)",
                   fix_location=RESIDUAL_FIX)
-    return PhaseResult(outcome="needs_agent", summary=f"gap analysis: residual max_diff {fmt(rows[-1]['max_diff'])}",
-                       data=data, issues=(issue,))
+    return PhaseResult(outcome="needs_agent", summary=f"gap analysis: residual max_diff {fmt(rows[-1]['max_diff'])} "
+                       f"not explained; {gap_trace.ask_text(trace)}", data=data, issues=(issue,))
+
+
+def waived_row(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[str, Any] | None, *,
+               attempt: int) -> dict[str, Any]:
+    """The table's last word on a residual a person waived: not explained, what the trace measured, their reason."""
+    from orchestrator.waivers import waived_codes
+
+    reason = waived_codes(ctx.state, ctx.phase)[RESIDUAL]
+    return add_row(ctx, GapRow(label="not explained", patch_id=None, attempt=attempt,
+                               max_diff=rows[-1]["max_diff"], kl=None, log="",
+                               description=f"residual not explained: {gap_trace.ask_text(trace)}; a person waived "
+                                           f"{RESIDUAL} ({reason!r}) and every temporary patch is reverted"))
 
 
 def fmt(value: Any) -> str:

@@ -29,7 +29,7 @@ class RecipePatch:
     """One diagnostic patch (or why it cannot be built).
 
     Attributes:
-        name: "fp32_combine" | "token_order_sum" | "sorted_topk".
+        name: "fp32_combine" | "token_order_sum" | "sorted_topk", or a hypothesis of ``gap_hypotheses``.
         path: core file it edits, relative to the target root.
         status: "applicable" or "not_applicable".
         diff: unified diff for ``git apply`` ("" when not applicable).
@@ -46,13 +46,13 @@ class RecipePatch:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _Edit:
+class Edit:
     start: tuple[int, int]  # (line 1-based, col 0-based)
     end: tuple[int, int]
     text: str
 
 
-class _Missing(Exception):
+class Missing(Exception):
     """Structure the recipe needs is absent; the message says what was looked for."""
 
 
@@ -60,7 +60,7 @@ def build_fp32_combine_patch(target: Path) -> RecipePatch:
     """Keep ``LocalTokenDispatcher.combine`` in fp32 through the scatter-add; cast at the end."""
     desc = ("combine(): scores applied in fp32 and kept fp32 through the scatter-add into an fp32 "
             "buffer, cast to the input dtype on return (skill: removes bf16 accumulation error)")
-    return _build("fp32_combine", target, DISPATCHER, desc, _edits_fp32_combine)
+    return build_recipe("fp32_combine", target, DISPATCHER, desc, _edits_fp32_combine)
 
 
 def build_token_order_sum_patch(target: Path) -> RecipePatch:
@@ -68,14 +68,14 @@ def build_token_order_sum_patch(target: Path) -> RecipePatch:
     desc = ("dispatch keeps the stable argsort permutation in the metadata; combine unsorts the "
             "expert outputs and sums reshape(T, K, D) over K instead of the expert-sorted "
             "scatter-add (skill: no effect for top_k=1)")
-    return _build("token_order_sum", target, DISPATCHER, desc, _edits_token_order_sum)
+    return build_recipe("token_order_sum", target, DISPATCHER, desc, _edits_token_order_sum)
 
 
 def build_sorted_topk_patch(target: Path) -> RecipePatch:
     """``torch.topk(..., sorted=True)`` in ``TokenChoiceTopKRouter.forward`` (HF's default order)."""
     desc = ("router topk sorted=True so the route-norm sum adds scores in HF's order "
             "(skill: no effect for top_k=1)")
-    return _build("sorted_topk", target, MOE, desc, _edits_sorted_topk)
+    return build_recipe("sorted_topk", target, MOE, desc, _edits_sorted_topk)
 
 
 def build_all_patches(target: Path) -> list[RecipePatch]:
@@ -84,7 +84,7 @@ def build_all_patches(target: Path) -> list[RecipePatch]:
             build_sorted_topk_patch(target)]
 
 
-def _build(name: str, target: Path, rel: str, description: str, edits_fn) -> RecipePatch:
+def build_recipe(name: str, target: Path, rel: str, description: str, edits_fn) -> RecipePatch:
     path = Path(target) / rel
     if not path.is_file():
         return RecipePatch(name=name, path=rel, status="not_applicable", description=description,
@@ -92,7 +92,7 @@ def _build(name: str, target: Path, rel: str, description: str, edits_fn) -> Rec
     source = path.read_text()
     try:
         edits = edits_fn(ast.parse(source), source)
-    except _Missing as missing:
+    except Missing as missing:
         return RecipePatch(name=name, path=rel, status="not_applicable", description=description,
                            reason=f"{rel}: {missing}")
     new_source = _apply_edits(source, edits)
@@ -106,7 +106,7 @@ def render_diff(old: str, new: str, *, rel: str) -> str:
     return "".join(lines)
 
 
-def _apply_edits(source: str, edits: list[_Edit]) -> str:
+def _apply_edits(source: str, edits: list[Edit]) -> str:
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -125,22 +125,22 @@ def _span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]]:
     return (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
 
 
-def _replace(node: ast.AST, text: str) -> _Edit:
+def replace_node(node: ast.AST, text: str) -> Edit:
     start, end = _span(node)
-    return _Edit(start=start, end=end, text=text)
+    return Edit(start=start, end=end, text=text)
 
 
-def _find_method(tree: ast.Module, cls: str, method: str) -> ast.FunctionDef:
+def find_method(tree: ast.Module, cls: str, method: str) -> ast.FunctionDef:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == method:
                     return item
-            raise _Missing(f"class {cls} has no method {method}()")
-    raise _Missing(f"no top-level class {cls}")
+            raise Missing(f"class {cls} has no method {method}()")
+    raise Missing(f"no top-level class {cls}")
 
 
-def _calls(fn: ast.AST, name: str) -> list[ast.Call]:
+def calls_named(fn: ast.AST, name: str) -> list[ast.Call]:
     """Calls to ``name`` or ``<anything>.name`` inside ``fn``, in source order."""
     found = []
     for node in ast.walk(fn):
@@ -157,77 +157,77 @@ def _scatter_assign(fn: ast.FunctionDef) -> tuple[ast.Assign, ast.Call]:
             f = stmt.value.func
             if getattr(f, "id", getattr(f, "attr", "")) in ("deterministic_scatter_add", "scatter_add"):
                 return stmt, stmt.value
-    raise _Missing("LocalTokenDispatcher.combine() has no `<out> = deterministic_scatter_add(out, index, src)` "
+    raise Missing("LocalTokenDispatcher.combine() has no `<out> = deterministic_scatter_add(out, index, src)` "
                    "(or .scatter_add) assignment")
 
 
 def _x_param(fn: ast.FunctionDef) -> str:
     names = [a.arg for a in fn.args.args]
     if len(names) < 4:
-        raise _Missing("combine(self, routed_output, metadata, x) signature not found")
+        raise Missing("combine(self, routed_output, metadata, x) signature not found")
     return names[3]
 
 
-def _edits_fp32_combine(tree: ast.Module, source: str) -> list[_Edit]:
-    fn = _find_method(tree, "LocalTokenDispatcher", "combine")
+def _edits_fp32_combine(tree: ast.Module, source: str) -> list[Edit]:
+    fn = find_method(tree, "LocalTokenDispatcher", "combine")
     _, scatter = _scatter_assign(fn)
     dest = scatter.args[0] if scatter.args else None
-    zeros = [c for c in _calls(fn, "zeros_like") if not any(k.arg == "dtype" for k in c.keywords)]
+    zeros = [c for c in calls_named(fn, "zeros_like") if not any(k.arg == "dtype" for k in c.keywords)]
     if not isinstance(dest, ast.Name) or not zeros:
-        raise _Missing("combine() has no `torch.zeros_like(x)` buffer without dtype feeding the scatter-add "
+        raise Missing("combine() has no `torch.zeros_like(x)` buffer without dtype feeding the scatter-add "
                        "(already fp32, or restructured)")
-    cast_back = [c for c in _calls(fn, "to") if isinstance(c.func, ast.Attribute)
+    cast_back = [c for c in calls_named(fn, "to") if isinstance(c.func, ast.Attribute)
                  and isinstance(c.func.value, ast.BinOp)
                  and isinstance(c.func.value.op, ast.Mult) and c.args
                  and isinstance(c.args[0], ast.Attribute) and c.args[0].attr == "dtype"]
     if not cast_back:
-        raise _Missing("combine() has no `(expert_out.to(float32) * scores).to(<tensor>.dtype)` cast back")
+        raise Missing("combine() has no `(expert_out.to(float32) * scores).to(<tensor>.dtype)` cast back")
     returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
     if len(returns) != 1:
-        raise _Missing(f"combine() must have exactly one `return <value>` (found {len(returns)})")
+        raise Missing(f"combine() must have exactly one `return <value>` (found {len(returns)})")
     zero_call = zeros[0]
     zero_text = ast.get_source_segment(source, zero_call)
     ret_text = ast.get_source_segment(source, returns[0].value)
     return [
-        _replace(zero_call, zero_text[:-1] + ", dtype=torch.float32)"),
+        replace_node(zero_call, zero_text[:-1] + ", dtype=torch.float32)"),
         _drop_cast_suffix(cast_back[0], source),
-        _replace(returns[0].value, f"{ret_text}.to({_x_param(fn)}.dtype)"),
+        replace_node(returns[0].value, f"{ret_text}.to({_x_param(fn)}.dtype)"),
     ]
 
 
-def _drop_cast_suffix(call: ast.Call, source: str) -> _Edit:
+def _drop_cast_suffix(call: ast.Call, source: str) -> Edit:
     """Delete the trailing ``.to(<x>.dtype)`` of ``(<product>).to(<x>.dtype)``, keep the rest."""
     suffix = f".to({ast.get_source_segment(source, call.args[0])})"
     line = source.splitlines()[call.end_lineno - 1]
     start_col = call.end_col_offset - len(suffix)
     if line[start_col:call.end_col_offset] != suffix:
-        raise _Missing(f"cast back `{suffix}` is not written on one line at the end of the product")
-    return _Edit(start=(call.end_lineno, start_col), end=(call.end_lineno, call.end_col_offset), text="")
+        raise Missing(f"cast back `{suffix}` is not written on one line at the end of the product")
+    return Edit(start=(call.end_lineno, start_col), end=(call.end_lineno, call.end_col_offset), text="")
 
 
-def _insert_line_after(node: ast.AST, text: str) -> _Edit:
+def _insert_line_after(node: ast.AST, text: str) -> Edit:
     """Insert ``text`` (one full line, with newline) after the last line of ``node``."""
-    return _Edit(start=(node.end_lineno + 1, 0), end=(node.end_lineno + 1, 0), text=text)
+    return Edit(start=(node.end_lineno + 1, 0), end=(node.end_lineno + 1, 0), text=text)
 
 
-def _edits_token_order_sum(tree: ast.Module, source: str) -> list[_Edit]:
+def _edits_token_order_sum(tree: ast.Module, source: str) -> list[Edit]:
     meta_cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LocalDispatchMetadata"), None)
     if meta_cls is None:
-        raise _Missing("no LocalDispatchMetadata dataclass to carry the dispatch permutation")
+        raise Missing("no LocalDispatchMetadata dataclass to carry the dispatch permutation")
     fields = [n for n in meta_cls.body if isinstance(n, ast.AnnAssign)]
     if not fields or any(getattr(f.target, "id", "") == "permutation_N" for f in fields):
-        raise _Missing("LocalDispatchMetadata has no annotated fields, or already carries permutation_N")
-    dispatch = _find_method(tree, "LocalTokenDispatcher", "dispatch")
-    meta_calls = _calls(dispatch, "LocalDispatchMetadata")
+        raise Missing("LocalDispatchMetadata has no annotated fields, or already carries permutation_N")
+    dispatch = find_method(tree, "LocalTokenDispatcher", "dispatch")
+    meta_calls = calls_named(dispatch, "LocalDispatchMetadata")
     if len(meta_calls) != 1 or not meta_calls[0].keywords:
-        raise _Missing("dispatch() does not build exactly one LocalDispatchMetadata(...) with keywords")
+        raise Missing("dispatch() does not build exactly one LocalDispatchMetadata(...) with keywords")
     ids_param = [a.arg for a in dispatch.args.args][3:4]
     if not ids_param:
-        raise _Missing("dispatch(self, x, topk_scores, topk_expert_ids, ...) signature not found")
-    combine = _find_method(tree, "LocalTokenDispatcher", "combine")
+        raise Missing("dispatch(self, x, topk_scores, topk_expert_ids, ...) signature not found")
+    combine = find_method(tree, "LocalTokenDispatcher", "combine")
     assign, scatter = _scatter_assign(combine)
     if len(scatter.args) < 3:
-        raise _Missing("scatter-add call in combine() does not take (out, index, src) positionally")
+        raise Missing("scatter-add call in combine() does not take (out, index, src) positionally")
     dest = ast.get_source_segment(source, scatter.args[0])
     src = ast.get_source_segment(source, scatter.args[2])
     out = ast.get_source_segment(source, assign.targets[0])
@@ -246,22 +246,22 @@ def _edits_token_order_sum(tree: ast.Module, source: str) -> list[_Edit]:
         kw_edit = _insert_line_after(last_kw.value, f"{' ' * last_kw.col_offset}{perm},\n")
     else:
         end = (last_kw.value.end_lineno, last_kw.value.end_col_offset)
-        kw_edit = _Edit(start=end, end=end, text=f", {perm}")
+        kw_edit = Edit(start=end, end=end, text=f", {perm}")
     return [
         _insert_line_after(fields[-1], f"{field_indent}permutation_N: torch.Tensor | None = None  # noqa: N815\n"),
         kw_edit,
-        _replace(assign, new_combine),
+        replace_node(assign, new_combine),
     ]
 
 
-def _edits_sorted_topk(tree: ast.Module, source: str) -> list[_Edit]:
-    fn = _find_method(tree, "TokenChoiceTopKRouter", "forward")
+def _edits_sorted_topk(tree: ast.Module, source: str) -> list[Edit]:
+    fn = find_method(tree, "TokenChoiceTopKRouter", "forward")
     edits = []
-    for call in _calls(fn, "topk"):
+    for call in calls_named(fn, "topk"):
         for kw in call.keywords:
             if kw.arg == "sorted" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
-                edits.append(_replace(kw.value, "True"))
+                edits.append(replace_node(kw.value, "True"))
     if not edits:
-        raise _Missing("TokenChoiceTopKRouter.forward() has no torch.topk(..., sorted=False) call "
+        raise Missing("TokenChoiceTopKRouter.forward() has no torch.topk(..., sorted=False) call "
                        "(already sorted, or routing moved elsewhere)")
     return edits

@@ -2,15 +2,17 @@
 
 The phase sends the Phase 2 synthetic entry to one worker call that compares the
 unmodified HF MoE block with the target's Titan MoE twice on the same weights: in
-bf16 (the skill's verdict) and in fp32 on both sides (a labelled diagnostic that tells
-dtype noise from semantic bugs). One call, not two, because the torchtitan import
-dominates a synthetic model's cost on CPU. Each row also says how firm its tier is (KL in
-float64, spread under a one-ulp input change: work/firmness.py). The verdict decides the
-route: PASS -> "pass"; WARN, FAIL, or a PASS that the spread carries across 1e-6 (shown
-"PASS|WARN") -> "gap" (Phase 3c is mandatory then); ERROR, SKIP or a failed state-dict
-round trip -> the skill's triage as issues: needs_agent where the fix is the experiment folder's,
-needs_human where it is not (transformers, torchtitan core, our synthetic entry: ``NOT_THE_AGENTS``),
-failed where it is our own (``OURS``). Which codes go to the agent, and what each promises, is
+bf16 (the skill's verdict) and with both sides run in fp32 (a labelled diagnostic; the
+dtype each side's matmuls really ran in is measured beside it, since torchtitan's experts
+cast to bf16 whatever the run's dtype, and its reading says "agrees" only at KL PASS and
+max_diff 0). One call, not two, because the torchtitan import dominates a synthetic
+model's cost on CPU. Each row also says how firm its tier is (KL in float64, spread under
+a one-ulp input change: work/firmness.py). The verdict decides the route: PASS -> "pass";
+WARN, FAIL, or a PASS that the spread carries across 1e-6 (shown "PASS|WARN") -> "gap"
+(Phase 3c is mandatory then); ERROR, SKIP or a failed state-dict round trip -> the skill's
+triage as issues: needs_agent where the fix is the experiment folder's, needs_human where
+it is not (transformers, torchtitan core, our synthetic entry: ``NOT_THE_AGENTS``), failed
+where it is our own (``OURS``). Which codes go to the agent, and what each promises, is
 declared in ``fixability_numerics``.
 
 Where the target ships the skill's numerical_equivalence.py, that script runs too, for the
@@ -41,7 +43,8 @@ from phases.add_moe_model.memory_budget import memory_shortfall
 from phases.add_moe_model.records import DIAGNOSTIC_DTYPE, Probe, Synthetic
 from phases.add_moe_model.work.numerics import CompareRequest
 from phases.add_moe_model.workers import NUMERICS, SEED
-from phases.add_moe_model.tier_text import firmness_line, flip_text, reaches, split_text, tier_text
+from phases.add_moe_model.tier_text import (diagnostic_reading, firmness_line, flip_text, reaches, split_text,
+                                            tier_text)
 
 VERDICT_DTYPE = "bfloat16"
 # NOTE: a flag, not a verdict tier. On random-init synthetic weights the outputs are small,
@@ -66,6 +69,8 @@ class NumericsTable(BaseModel):
     verdict_rows: list[Any]
     diagnostic_rows: list[Any] = Field(default_factory=list)
     diagnostic_dtype: str = DIAGNOSTIC_DTYPE
+    diagnostic_readings: list[str] = Field(default_factory=list)
+    """``tier_text.diagnostic_reading`` of each diagnostic row, in order."""
     firmness_rows: list[Any] = Field(default_factory=list)
     firmness_lines: list[str] = Field(default_factory=list)
     """``tier_text.firmness_line`` of each firmness row, in order."""
@@ -151,7 +156,8 @@ def build_table(results: list[Any]) -> NumericsTable:
     notes += [f"{r.model_type}: load_state_dict missing keys {r.load.missing}" for r in verdict if r.load.missing]
     first, firm_rows = results[0], [r for r in results if r.firmness]
     return NumericsTable(device=first.device, seed=first.seed, verdict_rows=verdict,
-                         diagnostic_rows=diagnostic, firmness_rows=firm_rows,
+                         diagnostic_rows=diagnostic, diagnostic_readings=[diagnostic_reading(r) for r in diagnostic],
+                         firmness_rows=firm_rows,
                          firmness_lines=[firmness_line(r) for r in firm_rows],
                          all_passed=not failed, verdict_line=verdict_line(verdict), notes=notes)
 
@@ -196,6 +202,7 @@ def decide(results: list[Any], *, probe: Probe | None = None) -> PhaseResult:
     data = {"results": [r.model_dump() for r in results], "verdict": verdict.model_dump()}
     flags = flag_semantic_gap(results)
     data["diagnostic_flags"] = flags
+    data["diagnostic_readings"] = [diagnostic_reading(r) for r in results if r.dtype != VERDICT_DTYPE]
     line = _summary_line(verdict) + "".join(f"; {f}" for f in flags)
     triaged = triage(verdict)
     issues = triaged + check_load(verdict, probe=probe)

@@ -103,6 +103,9 @@ class Numerics(BaseModel):
     results: tuple[Verdict, ...] = ()
     """Every dtype's comparison, the verdict's and the fp32 diagnostic's."""
     diagnostic_flags: tuple[str, ...] = ()
+    diagnostic_readings: tuple[str, ...] = ()
+    """What each diagnostic comparison can say (tier_text.diagnostic_reading): KL and max_diff, and which side's
+    matmuls ran below its dtype."""
     triage: str | None = None
     """Why the tier's route was taken or overridden (set only when the triage said so)."""
     measured_tree: dict[str, str | None] | None = None
@@ -122,7 +125,7 @@ def diagnostic_result(numerics: Numerics) -> Verdict | None:
 
 
 class GapRow(BaseModel):
-    """One row of the gap-analysis table: the baseline, a recipe or agent patch, or the kernel check.
+    """One row of the gap-analysis table: the baseline, a recipe, hypothesis or agent patch, or a stage trace.
 
     Dumped with ``exclude_unset``: a row holds exactly the fields its kind sets.
     """
@@ -130,7 +133,7 @@ class GapRow(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     label: str
-    """"baseline", "+<recipe>", the agent's label, or "+kernel align"."""
+    """"baseline", "+<recipe>", the agent's label, "trace" (or "+kernel align" in runs from before the trace)."""
     patch_id: str | None
     """The ledger's id of the temporary patch this row measured; None when no patch was applied."""
     attempt: int
@@ -146,9 +149,16 @@ class GapRow(BaseModel):
     status: str | None = None
     """The tier of the patched tree's measurement."""
     kernel_verified: bool | None = None
-    """Kernel check only: the residual is a verified kernel or router-precision difference."""
+    """Trace (or kernel check) only: the residual is a verified kernel difference (HF's experts kernel on Titan's
+    transferred weights gives 0.00 in Titan's block)."""
     hf_kernel_on_titan_weights_max_diff: float | None = None
     titan_kernel_on_hf_routing_max_diff: float | None = None
+    first_divergence: str | None = None
+    """Trace only: the first stage (router logits, routing, expert outputs, ...) where HF and Titan differ."""
+    trace: dict[str, Any] | None = None
+    """Trace only: the stage trace as measured (work/stage_trace.py's TraceResult)."""
+    trace_table: str | None = None
+    """Trace only: the artifact with the stage table."""
 
     def as_data(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)
@@ -166,6 +176,9 @@ class GapAnalysis(BaseModel):
     reverted: dict[str, str] = {}
     """Core path -> its blob id after the revert (the base's: nothing stays patched)."""
     waived: dict[str, str] = {}
+    explanation: str = ""
+    """How the residual ends, in the rows' own words: the patch that brought max_diff to 0 and the trace finding it
+    tested, a verified kernel difference, or "not explained" (empty in runs from before it)."""
 
 
 class BuildCheckRow(WorldResult):

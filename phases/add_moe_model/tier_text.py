@@ -52,3 +52,27 @@ def firmness_line(r: Any) -> str:
              else f"  other kernel: {firm['other_kernel']}" if firm.get("other_kernel") else "")
     return (f"KL={r.kl:.2e}  KL(fp64)={firm['kl_fp64']:.2e}  spread={spread}  tier {tier_text(r.status, firm)}"
             f"{split_text(firm).replace(';', ' ', 1)}{flip_text(firm).replace(';', ' ', 1)}{other}")
+
+
+def diagnostic_reading(r: Any) -> str:
+    """What a second-dtype comparison (the fp32 diagnostic) can say, from its KL, its max_diff and the dtypes its
+    matmuls really ran in: "agrees" only where KL passes and max_diff is 0; a side whose matmuls ran below the
+    dtype is named, with what that means for the reading."""
+    from phases.add_moe_model.work.op_dtypes import describe_below
+
+    if r.kl is None or r.max_diff is None:
+        return f"{r.dtype} comparison not measured: {r.error or r.status}"
+    if r.status == "PASS" and r.max_diff == 0.0:
+        reading = f"agrees (KL {r.kl:.2e}, max_diff 0.00)"
+    elif r.status == "PASS":
+        reading = f"does not agree: KL {r.kl:.2e} passes, but max_diff {r.max_diff:.2e} is not 0"
+    else:
+        reading = f"differs: KL {r.kl:.2e} ({r.status}), max_diff {r.max_diff:.2e}"
+    below = getattr(r, "matmuls_below_run_dtype", None) or {}
+    sides = [f"{name}: {describe_below(below[key])}" for name, key in (("HF", "hf"), ("Titan", "titan"))
+             if below.get(key)]
+    if not sides:
+        return f"{r.dtype} on both sides (every matmul measured in {r.dtype}): {reading}"
+    return (f"{r.dtype} comparison {reading}; NOT {r.dtype} on both sides ({'; '.join(sides)}): its gap includes "
+            f"that lower-precision rounding, so it can neither clear nor convict the router or any other stage "
+            "(the gap analysis' stage trace measures the stages apart)")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from orchestrator.phase_api import Worker
 from phases.add_moe_model.compat import ProbeRequest, ProbeResponse
 from phases.add_moe_model.work.build_check import BuildCheckRequest, BuildCheckResult
-from phases.add_moe_model.work.kernel_align import KernelAlignResult
 from phases.add_moe_model.work.numerics import CompareAnswer, CompareRequest
 from phases.add_moe_model.work.pretrained import PretrainedRequest, PretrainedResult
+from phases.add_moe_model.work.stage_trace import TraceResult
 from phases.add_moe_model.work.synthetic import SyntheticRequest, SyntheticResponse
 from phases.add_moe_model.work.trainer_assets import AssetsRequest, AssetsResult
 from phases.add_moe_model.work.tree_script import ScriptAnswer, ScriptRequest
@@ -24,7 +24,7 @@ SEED = 42
 PROBE = Worker("phases.add_moe_model.work.probe:probe", ProbeRequest, ProbeResponse)
 SYNTHETIC = Worker("phases.add_moe_model.work.synthetic:build_synthetic", SyntheticRequest, SyntheticResponse)
 NUMERICS = Worker("phases.add_moe_model.work.numerics:compare_dtypes", CompareRequest, CompareAnswer)
-KERNEL_ALIGN = Worker("phases.add_moe_model.work.kernel_align:kernel_alignment", CompareRequest, KernelAlignResult)
+TRACE = Worker("phases.add_moe_model.work.stage_trace:trace_stages", CompareRequest, TraceResult)
 PRETRAINED = Worker("phases.add_moe_model.work.pretrained:compare_pretrained", PretrainedRequest, PretrainedResult)
 TREE_NUMERICS = Worker("phases.add_moe_model.work.tree_script:run_numerical_equivalence", ScriptRequest, ScriptAnswer)
 TREE_PRETRAINED = Worker("phases.add_moe_model.work.tree_script:run_pretrained_script", ScriptRequest, ScriptAnswer)

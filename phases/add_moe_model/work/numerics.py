@@ -93,6 +93,9 @@ class CompareResult(BaseModel):
     moe_layout: str = ""
     """Token layout the target's MoE.forward takes and the code that says so (``work/layout.py``)."""
     moe_params: dict[str, Any] = Field(default_factory=dict)
+    matmuls_below_run_dtype: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    """{"hf": [...], "titan": [...]}: each side's matmuls that ran with fewer bits than ``dtype`` (module, op,
+    dtypes, calls; ``work/op_dtypes.py``); both empty: the comparison ran in ``dtype`` on both sides."""
     versions: dict[str, str] = Field(default_factory=dict)
     seed: int
     seconds: dict[str, float] = Field(default_factory=dict)
@@ -183,9 +186,10 @@ def resolve_device(wanted: str) -> tuple[str, str]:
         raise RuntimeError("device='cuda' requested but torch.cuda.is_available() is False")
     if wanted == "cpu" or not has_cuda:
         why = "requested" if wanted == "cpu" else "no CUDA device"
-        return "cpu", (f"ran on CPU ({why}); the skill's Phase 3 runs on 1 GPU. On CPU, Titan's "
-                       "router autocast(dtype=float32) is inactive (torch CPU autocast takes bf16/fp16 "
-                       "only), so Titan's gate computes in the run dtype while HF's gate is fp32")
+        return "cpu", (f"ran on CPU ({why}); the skill's Phase 3 runs on 1 GPU. torch disables a CPU "
+                       "autocast(dtype=float32), the one Titan's router puts around its gate (CPU autocast "
+                       "takes bf16/fp16 only; torch's warning in the worker log says so); the gap analysis' "
+                       "stage trace measures each side's router-logits dtype")
     return "cuda", torch.cuda.get_device_name(0)
 
 
@@ -274,9 +278,19 @@ def _compare_one(bench: Bench, req: CompareRequest, *, dtype: str) -> CompareRes
         metrics["firmness"] = measure_firmness_safely(bench.site, titan, x, hf_out.reshape(tt_out.shape), tt_out,
                                                       kl=metrics["kl"], layout=layout)
         seconds["firmness"] = elapsed(t2)
+    below = measure_matmuls_below(bench.site, titan, x, layout=layout, dtype=dt)
     return CompareResult(**fields, **metrics, load=LoadReport(**load), moe_kind=bench.site.kind,
-                         moe_layout=f"{layout.name}: {layout.evidence}",
+                         moe_layout=f"{layout.name}: {layout.evidence}", matmuls_below_run_dtype=below,
                          moe_params=_jsonable(params), seconds=seconds)
+
+
+def measure_matmuls_below(site: Any, titan: Any, x: Any, *, layout: Any, dtype: Any) -> dict[str, list[dict]]:
+    """Each side's forward once more under the dtype recorder: which matmuls ran below the run's dtype."""
+    from phases.add_moe_model.work.firmness import hf_forward_fp32_router
+    from phases.add_moe_model.work.op_dtypes import matmuls_below
+
+    return {"hf": matmuls_below(site.block, lambda: hf_forward_fp32_router(site, x), dtype=dtype),
+            "titan": matmuls_below(titan, lambda: titan(layout.tokens(x)), dtype=dtype)}
 
 
 def measure_firmness_safely(site: Any, titan: Any, x: Any, hf_out: Any, tt_out: Any, *, kl: float,
