@@ -165,7 +165,9 @@ def test_a_numerics_run_that_cannot_fit_in_memory_is_refused_with_the_numbers(mo
 
 def test_jambas_expert_layer_period_places_its_moe_layers():
     """Blind trial 2 (jamba): 'moe_mechanism: all_layers' and layers 8..31 listed dense; its config places experts
-    every expert_layer_period layers from expert_layer_offset (the class's own layers_num_experts agrees)."""
+    every expert_layer_period layers from expert_layer_offset (the class's own layers_num_experts agrees). Its
+    periods cannot be rewritten to one layer per kind, so the entry keeps its first five layers, which hold its
+    three kinds (Mamba x dense, Mamba x MoE, attention x dense at layer 4)."""
     from phases.add_moe_model.work.layers import predict_moe_layers, resolve_moe_mechanism
     from phases.add_moe_model.work.synthetic import probe_entry_build
 
@@ -174,5 +176,5 @@ def test_jambas_expert_layer_period_places_its_moe_layers():
     assert predict_moe_layers(config) == [i for i, n in enumerate(config.layers_num_experts) if n > 1] == \
         list(range(1, 32, 2))
     entry = build_synthetic_entry(config)
-    assert entry["num_hidden_layers"] == 2
-    assert probe_entry_build(entry) == ([1], [])
+    assert (entry["num_hidden_layers"], entry["attn_layer_offset"], entry["expert_layer_period"]) == (5, 4, 2)
+    assert probe_entry_build(entry) == ([1, 3], [])

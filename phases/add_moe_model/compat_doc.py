@@ -16,6 +16,7 @@ from orchestrator.errors import UsageError
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.add_moe_model import markdown_doc as md
 from phases.add_moe_model.caveats import caveats, row_lines
+from phases.add_moe_model.layer_table import layer_kind_rows
 from phases.add_moe_model.measured_tree import DOC, check_measured
 from phases.add_moe_model.records import Results, TorchrunRow
 
@@ -57,6 +58,7 @@ def collect_values(results: Results, *, model_id: str) -> dict[str, Any]:
                                 for r in build if r.status == "UNSUPPORTED"],
         "pretrained": numerics.pretrained.model_dump(mode="json", exclude_unset=True) if numerics.pretrained else None,
         "probe": probe.model_dump(mode="json", exclude_unset=True), "core_issues": core,
+        "layer_kinds": layer_kind_rows(results),
         "gap_rows": [r.as_data() for r in results.gap_analysis.rows] if results.gap_analysis else [],
         "waived": [{"phase": phase, "code": code, "reason": reason} for phase, codes in results.waived().items()
                    for code, reason in codes.items()],

@@ -103,12 +103,13 @@ def check_score_placement(hf_block: Any, titan_moe: Any) -> list[CompatIssue]:
 
 
 def output_arity(module: Any, hidden: int) -> int:
-    """1 when ``module`` returns a tensor, else the length of the tuple it returns."""
+    """1 when ``module`` returns a tensor, else the length of the tuple it returns; called as the decoder layer
+    calls it, on (1, T, H) (torchtitan main's swapped MoE takes HF's batch of one and flattens it)."""
     import torch
 
     torch.manual_seed(0)
     with torch.no_grad():
-        out = module(torch.randn(3, _TOKENS, hidden))
+        out = module(torch.randn(1, _TOKENS, hidden))
     return len(out) if isinstance(out, tuple) else 1
 
 
