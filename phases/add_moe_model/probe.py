@@ -83,7 +83,8 @@ def _map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResu
         return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: state-dict checks failed",
                            data={**data, "issues": [*data["issues"], finding]}, issues=(failed,))
     return PhaseResult(outcome="passed",
-                       summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s)",
+                       summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s): "
+                               f"{', '.join(i.code for i in human)}",
                        data=data, issues=issues)
 
 

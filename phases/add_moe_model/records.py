@@ -43,7 +43,8 @@ class Probe(BaseModel):
     hidden_size: int | None = None
     moe_intermediate_size: int | None = None
     min_layers_needed: int | None = None
-    """Layers the synthetic model needs so every kind of layer the real model has is built at least once."""
+    """The skill's 1g field: layers up to and including the first MoE layer (the synthetic entry holds one layer of
+    each kind instead, ``Synthetic.layers``)."""
     state_dict_roundtrip: str | None = None
     """PASS or FAIL (None only in hand-made reports of tests)."""
     strict_load: str | None = None

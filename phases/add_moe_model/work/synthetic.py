@@ -63,6 +63,9 @@ def build_synthetic(request: dict) -> dict:
     problems = [no_sdpa if no_sdpa and p.startswith("attn_implementation=") else p
                 for p in check_synthetic_config(entry, real, dense=dense)]
     moe_layers, build_problems = probe_entry_build(entry)
+    if moe_layers and len(plan.layers) - len(moe_layers) != dense:
+        build_problems.append(f"the entry builds {len(plan.layers) - len(moe_layers)} layer(s) without MoE, the "
+                              f"rule says {dense} (one per dense layer kind of the real model)")
     return SyntheticResponse(
         entry=entry, checks=problems + build_problems + missing_kinds(plan), moe_layers_built=moe_layers,
         probe_min_layers=req.probe_min_layers, layers=plan.layers, layer_note=plan.note,
@@ -104,8 +107,8 @@ def fit_attention(entry: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
     try:
         model_class = AutoModelForCausalLM._model_mapping[type(AutoConfig.for_model(**entry))]
-    except (KeyError, ValueError, TypeError):
-        return entry, ""  # the meta build says what is wrong with the entry itself
+    except Exception:  # noqa: BLE001 - check_synthetic_config says what the config class refuses in the entry
+        return entry, ""
     if getattr(model_class, "_supports_sdpa", True):
         return entry, ""
     return {**entry, "attn_implementation": "eager"}, (
@@ -123,7 +126,7 @@ def check_synthetic_config(entry: dict[str, Any], real: Any, *, dense: int = 0) 
     problems += _check_real_sizes(entry, real)
     try:
         built = AutoConfig.for_model(**entry)
-    except (ValueError, TypeError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the config class's own validation (e.g. huggingface_hub's strict dataclasses)
         return [*problems, f"AutoConfig.for_model rejects the entry: {exc}"]
     problems += _check_routing(entry, built)
     problems += _check_attention(entry, built, real)
@@ -182,10 +185,6 @@ def _check_layer_forcing(built: Any, real: Any, *, dense: int) -> list[str]:
         out.append(f"first_k_dense_replace={first_k!r}, the rule says {dense}{kept}")
     if read_field(real, "decoder_sparse_step") is not None and read_field(built, "decoder_sparse_step") != 1:
         out.append("decoder_sparse_step must be 1")
-    types = read_field(built, "mlp_layer_types")
-    if read_field(real, "mlp_layer_types") is not None and (
-            not types or sum(t != "sparse" for t in types) > dense):
-        out.append(f"mlp_layer_types={types!r}, rule says 'sparse' for every layer but the {dense} of dense kinds")
     return out
 
 
@@ -199,8 +198,8 @@ def probe_entry_build(entry: dict[str, Any]) -> tuple[list[int], list[str]]:
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**entry))
-    except (ValueError, TypeError, RuntimeError) as exc:
-        return [], [f"transformers cannot build the entry on meta: {str(exc).splitlines()[0]}"]
+    except Exception as exc:  # noqa: BLE001 - transformers' refusal of the entry is a broken rule, said in full
+        return [], [f"transformers cannot build the entry on meta: {' '.join(str(exc).split())[:300]}"]
     moe = [i for i, layer in enumerate(model.model.layers) if probe_moe_site(layer)[0] is not None]
     if not moe:
         return moe, [f"no MoE layer among the entry's {len(model.model.layers)} layers"]
