@@ -15,6 +15,7 @@ from typing import Any
 from phases.add_moe_model.compat import CompatIssue, LayerKind
 from phases.add_moe_model.work import hf_checks, sharding_checks
 from phases.add_moe_model.work.layer_kinds import kind_of, layers_text
+from phases.add_moe_model.work.probe_failure import probe_failure_issue
 
 SHARDING_RAN = "sharding: the target's _set_layer_sharding_configs and _assert_all_states_sharded on every layer"
 
@@ -78,10 +79,7 @@ def probe_other_moe_kinds(scan: list[dict[str, Any]], kinds: list[LayerKind], co
             with torch.device("meta"):
                 target["moe"]._build_moe_config(params, config).build()
         except (ValueError, AttributeError, TypeError, KeyError) as exc:
-            found.append(CompatIssue(
-                code="moe_kind_build_failed", severity="fixable",
-                message=f"{type(exc).__name__}: {exc}"[:400],
-                fix_location=f"{hf_checks.MOE_REPLACEMENT} ({probe.__name__} / _build_moe_config)"))
+            found.append(probe_failure_issue(probe.__name__, row["block"], config, exc))
         issues += [i.model_copy(update={"message": f"kind '{kind.name}' at {layers_text(kind.layers)}: "
                                                    f"layer {row['index']}: {i.message}"}) for i in found]
     return issues, ran
