@@ -165,7 +165,8 @@ def hf_routing(hf_block: Any, x: Any, *, top_k: int) -> tuple[Any, Any] | None:
                 seen.setdefault("dense", tensor)
 
     router = getattr(hf_block, "gate", None) or getattr(hf_block, "router", None)
-    handles = [hf_block.experts.register_forward_pre_hook(capture, with_kwargs=True)]
+    experts = getattr(hf_block, "experts", None)
+    handles = [experts.register_forward_pre_hook(capture, with_kwargs=True)] if experts is not None else []
     if router is not None:
         handles.append(router.register_forward_hook(dense))
     try:
