@@ -43,8 +43,8 @@ def unit_of(nodeid: str) -> str:
 LONGEST_FIRST = ("real_runs", "tests/test_lcp_workflow_e2e.py", "slurm", "tests/test_moe_numerics.py",
                  "tests/test_moe_probe.py", "tests/test_moe_synthetic.py", "tests/test_moe_pretrained.py",
                  "tests/test_moe_gap_cpu.py", "tests/test_moe_gap_recipes.py", "tests/test_agent_fix_offer.py",
-                 "tests/test_agent_moe_fix.py",
-                 "tests/test_moe_fixability_numerics.py")
+                 "tests/test_agent_moe_fix.py", "tests/test_moe_fixability_numerics.py",
+                 "tests/test_moe_layer_kinds.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -269,8 +269,9 @@ def test_every_layer_kind_is_named_with_the_phases_that_built_and_checked_it(tar
     linear = ["linear (linear_attention) x moe: layers 0-4, 6-10 (attention (BailingHybridLinearAttention); "
               "mlp (BailingMoeV2SparseMoeBlock))",
               f"probe ({probe}): sharding configs; semantic checks; its findings: none",
-              f"synthetic entry layer 0 ({synthetic}): built by numerics (numerics, seq {ctx.seq('numerics')}) and "
-              f"the sharding build check (parallelism, seq {ctx.seq('parallelism')})"]
+              f"synthetic entry layer 0 ({synthetic}): sharding build check world 2 PASS (parallelism, seq "
+              f"{ctx.seq('parallelism')}); numerics MoE block compared (WARN); state-dict round trip PASS (numerics, "
+              f"seq {ctx.seq('numerics')})"]
     full = ["mla (full_attention) x moe: layers 5, 11 (attention (BailingHybridAttention); mlp "
             "(BailingMoeV2SparseMoeBlock))",
             f"probe ({probe}): sharding configs; its findings: attention_projection_unhandled",

@@ -82,7 +82,10 @@ def test_jetmoe_experts_outside_an_experts_module_are_read_and_converted(tmp_pat
 
     engine.resume(run_id, {BLOCKER_KEY: "continue_anyway"}, store=store, advance_after=False)
     after = _reprobe(store, run_id, target, layouts.jetmoe_experts)
-    assert _codes(after) == {"moe_output_bias_unsupported", "attention_projection_unhandled"}, after["issues"]
+    # The routing comparison gives the target HF's gate and at most a correction bias; JetMoe's block also holds
+    # its output bias, so the comparison cannot be made: a person's finding (it was silent before issue 37).
+    assert _codes(after) == {"moe_output_bias_unsupported", "attention_projection_unhandled",
+                             "routing_check_not_run"}, after["issues"]
     probe = after["results"]["probe"]
     assert (probe["num_experts"], probe["top_k"], probe["target_probe"]["moe_intermediate_size"]) == (8, 2, 5632)
     assert probe["state_dict_roundtrip"] == "PASS" and probe["roundtrip_detail"]["max_abs_diff"] == 0.0

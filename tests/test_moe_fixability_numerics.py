@@ -1,9 +1,10 @@
 """Fixability of the numerics findings: each agent-bound code clears under a reference fix in the experiment folder.
 
 One real run on the embedded torchtitan 0.3.0 workspace (Qwen3-30B-A3B, clean on 0.3.0) carries them all, to keep
-CI's cost at one start and one probe: the first bug is in the experiment folder before the run starts and passes
-the probe; each later one is the agent's next edit while the run waits at numerics (as in the agent's loop, the
-probe does not run again). Each step applies the reference fix of the standing finding and leaves the next bug
+CI's cost at one start: the first bug is in the experiment folder before the run starts, and the probe's semantic
+checks catch it on their 8-expert twin; fixed, it is left again after the probe and numerics finds it; each later
+one is the agent's next edit while the run waits at numerics (as in the agent's loop, the probe does not run
+again). Each step applies the reference fix of the standing finding and leaves the next bug
 (tests/moe_reference_fixes_numerics.py), advances only the numerics phase (``max_phases=1``), and sees the old
 finding gone and exactly the new one standing, naming the file the fix changes. After the last fix the run leaves
 numerics. The declared contract (phases/add_moe_model/fixability_numerics.py) names this test for these codes.
@@ -53,7 +54,16 @@ def test_qwen3_numerics_findings_clear_one_by_one_under_reference_fixes_and_the_
 
 
 def _clear_one_by_one(store: RunStore, run_id: str, target: Path) -> None:
-    state = engine.advance(run_id, store=store, max_phases=4).state
+    # The probe's semantic checks call the target's _probe_hf_moe_block on a tiny twin of 8 experts, so the slip
+    # left before the run is the probe's finding now (it was a note beside "compatible, no issues" before issue 37).
+    caught = engine.advance(run_id, store=store, max_phases=2).state
+    (issue,) = caught["issues"]
+    assert (caught["phase"], issue["code"]) == ("probe", "semantic_checks_not_run"), caught["issues"]
+    assert "moe_replacement.py" in issue["fix_location"] and "KeyError" in issue["message"]
+    slips.TOP_K_BY_EXPERT_COUNT.fix(target)
+    engine.advance(run_id, store=store, max_phases=2)  # the probe and the synthetic entry on the clean folder
+    slips.TOP_K_BY_EXPERT_COUNT.leave(target)  # the agent's later edit, which numerics finds
+    state = engine.advance(run_id, store=store, max_phases=1).state
     probe = state["results"]["probe"]
     assert not probe["issues"] and probe["strict_load"] == "PASS", probe["issues"]
     _waits_at_numerics_on(state, slips.TOP_K_BY_EXPERT_COUNT)

@@ -33,11 +33,13 @@ def test_qwen3_next_linear_attention_layers_are_configured_and_the_run_leaves_th
                                "at linear_attn (Qwen3NextGatedDeltaNet), not self_attn")
 
     probe = _left_the_probe_clean(_reprobe(store, run_id, target, sharding_fixes.linear_attention_layers))
-    assert probe["attention"] == "linear"
-    assert probe["attention_layers"] == ["layer 0: linear at linear_attn (Qwen3NextGatedDeltaNet)"]
+    assert probe["attention"] == "hybrid"
+    assert [k["name"] for k in probe["layer_kinds"]] == ["linear (linear_attention) x moe",
+                                                         "gqa (full_attention) x moe"]
+    assert all(k["findings"] == [] for k in probe["layer_kinds"])
 
-    # The probe builds only up to the first MoE layer (here layer 0, linear). The fixed target's own sharding
-    # steps on a model with both mixers, under TP 2 as well: every module configured, the states placed.
+    # The probe ran the target's per-layer sharding setup on both kinds (TP off). The fixed target's own
+    # sharding steps on a model with both mixers, under TP 2 as well: every module configured, the states placed.
     out = call_worker(BUILD_CHECK, {"model_type": "qwen3_next", "config_kwargs": TINY_QWEN3_NEXT,
                                     "world_sizes": [4]}, target=target)
     (row,) = out["results"]

@@ -25,7 +25,8 @@ from phases.add_moe_model.probe import BLOCKER_KEY, map_report, render_compat_te
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen3_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "gpt_oss", "gemma4_text",
           "llama4_text", "granitemoe", "type:jetmoe", "type:nemotron_h", "type:zaya",
-          "type:deepseek_v2", "type:deepseek_v4", "type:longcat_flash", "type:doge"]
+          "type:deepseek_v2", "type:deepseek_v4", "type:longcat_flash", "type:doge", "type:bailing_hybrid",
+          "type:qwen3_next", "type:deepseek_v32"]
 pytestmark = pytest.mark.slow
 
 
@@ -61,7 +62,9 @@ def test_qwen3_fields_are_the_real_ones(reports: dict[str, CompatReport]) -> Non
     sizes = (r.hidden_size, r.moe_intermediate_size, r.num_experts, r.top_k, r.num_hidden_layers)
     assert sizes == (2048, 768, 128, 8, 48)
     assert (r.score_func, r.route_norm, r.shared_experts, r.attention) == ("softmax", True, "none", "gqa")
-    assert (r.moe_layers, r.dense_layers, r.min_layers_needed, r.built_layers) == (list(range(48)), [], 1, 1)
+    assert (r.moe_layers, r.dense_layers, r.min_layers_needed, r.built_layers) == (list(range(48)), [], 1, 48)
+    (kind,) = r.layer_kinds
+    assert (kind.name, kind.layers, kind.findings) == ("gqa x moe", list(range(48)), [])
     assert reports["olmoe"].route_norm is False
 
 
@@ -87,7 +90,7 @@ def test_sigmoid_router_bias_key_is_misnamed(reports: dict[str, CompatReport], n
 def test_deepseek_v3_probe_details(reports: dict[str, CompatReport]) -> None:
     r = reports["deepseek_v3"]
     assert (r.attention, r.num_experts, r.top_k, r.moe_mechanism, r.built_layers, len(r.moe_layers)) == (
-        "mla", 256, 8, "first_k_dense_replace", 4, 58)
+        "mla", 256, 8, "first_k_dense_replace", 61, 58)
     assert r.target_probe["route_scale"] == 2.5 and r.target_probe["num_expert_groups"] == 8
 
 
@@ -214,15 +217,89 @@ def test_a_strict_load_into_no_titan_moe_names_the_targets_probe_not_the_adapter
     assert other.fix_location.endswith("state_dict_adapter.py")
 
 
-def test_attention_is_described_per_layer_for_hybrids(reports: dict[str, CompatReport]) -> None:
-    """A hybrid's sequence mixers (Mamba, attention) are named per built layer, never 'none' for the model."""
+def test_attention_is_described_per_mixer_for_hybrids(reports: dict[str, CompatReport]) -> None:
+    """A hybrid's sequence mixers (Mamba, attention) are named with their layers, never 'none' for the model."""
     hybrid = reports["type:nemotron_h"]
     assert hybrid.attention == "hybrid", hybrid.attention_layers
     assert "layer 0: linear at mixer (NemotronHMamba2Mixer)" in hybrid.attention_layers
     assert "layer 2: gqa at mixer (NemotronHAttention)" in hybrid.attention_layers
-    assert any("no attention or other sequence mixer" in line for line in hybrid.attention_layers)
+    assert "layers 1, 3: no attention or other sequence mixer" in hybrid.attention_layers
     assert "attention:            hybrid (layer 0: linear at mixer" in render_compat_text(hybrid)
     assert reports["deepseek_v3"].attention == "mla" and reports["type:jetmoe"].attention == "custom"
+
+
+def test_bailing_hybrids_delta_attention_is_linear_and_its_mla_layers_are_built(
+        reports: dict[str, CompatReport]) -> None:
+    """Blind trial (bailing_hybrid): the probe built layers 0-2 only, all delta attention, and the report said
+    'attention: gqa'; its MLA layers (every 6th) were never built. Now all 42 are, as three kinds."""
+    r = reports["type:bailing_hybrid"]
+    assert r.attention == "hybrid" and r.built_layers == 42
+    assert r.attention_layers == [
+        "layers 0-4, 6-10, 12-16, 18-22, 24-28, 30-34, 36-40: linear at self_attn (BailingHybridDeltaAttention)",
+        "layers 5, 11, 17, 23, 29, 35, 41: mla at self_attn (BailingHybridAttention)"]
+    kinds = {k.name: k for k in r.layer_kinds}
+    assert list(kinds) == ["linear (linear_attention) x dense", "linear (linear_attention) x moe",
+                           "mla (full_attention) x moe"]
+    assert kinds["linear (linear_attention) x dense"].layers == [0, 1]
+    assert kinds["mla (full_attention) x moe"].layers == [5, 11, 17, 23, 29, 35, 41]
+    assert kinds["mla (full_attention) x moe"].findings == ["attention_projection_unhandled"]
+    text = render_compat_text(r)
+    assert "attention:            gqa" not in text and "    - mla (full_attention) x moe: layers 5, 11, 17" in text
+    (mla,) = [i for i in r.issues if i.code == "attention_projection_unhandled"]
+    assert mla.message.startswith("kind 'mla (full_attention) x moe' at layers 5, 11, 17, 23, 29, 35, 41: layer 5:")
+    assert "None children ['q_a_layernorm', 'q_a_proj', 'q_b_proj']" in mla.message
+    assert "layer kinds: linear (linear_attention) x dense (layers 0-1)" in map_report(r).summary
+
+
+def test_advice_for_a_linear_mixer_says_what_each_module_is_and_to_replicate_it(
+        reports: dict[str, CompatReport]) -> None:
+    """Read literally, the target's 'shard it, or use _replicate_config' column-shards q/k/v (it configured them
+    by name as softmax attention's) in front of a convolution over their channels together."""
+    (unsharded,) = [i for i in reports["type:bailing_hybrid"].issues if i.code == "module_without_sharding_config"]
+    text = unsharded.message
+    assert text.startswith("kind 'linear (linear_attention) x dense' at layers 0-1: layer 0: Unsharded modules")
+    assert "kind 'linear (linear_attention) x moe' at layers 2-4, 6-10" in text and "the same as layer 0" in text
+    assert "self_attn.conv1d: Conv1d 12288 channels, kernel 4, groups 12288" in text
+    assert "self_attn.b_proj: Linear 2560->32" in text
+    assert "conv1d convolves the 12288 channels of q_proj/k_proj/v_proj together" in text
+    assert "configured q_proj, k_proj, v_proj by name as softmax attention's" in text
+    assert "Safe config: the whole mixer replicated" in text
+
+
+def test_qwen3_next_full_attention_layers_are_a_kind_of_their_own(reports: dict[str, CompatReport]) -> None:
+    r = reports["type:qwen3_next"]
+    kinds = {k.name: k.layers for k in r.layer_kinds}
+    assert kinds == {"linear (linear_attention) x moe": [i for i in range(48) if i % 4 != 3],
+                     "gqa (full_attention) x moe": list(range(3, 48, 4))}
+    full = next(k for k in r.layer_kinds if k.attention == "gqa")
+    assert full.findings == [] and full.attention_module == "self_attn (Qwen3NextAttention)"
+    assert any(c.startswith("MoE: the target's _probe_hf_moe_block") for c in full.checked)
+
+
+@pytest.mark.parametrize(("name", "dense"), [("type:deepseek_v32", 3), ("deepseek_v3", 3), ("type:bailing_hybrid", 2)])
+def test_semantic_checks_run_on_models_with_leading_dense_layers(reports: dict[str, CompatReport], name: str,
+                                                                dense: int) -> None:
+    """Blind trial: 'semantic checks not run: the target raised on the tiny twin: IndexError: index 3 is out of
+    range' (deepseek_v32; index 2 for bailing_hybrid), a note only, beside 'compatible'. The twin now holds a
+    layer of each kind and the checks run on its own first MoE layer."""
+    r = reports[name]
+    assert r.dense_layers == list(range(dense))
+    assert not [n for n in r.notes if "semantic checks" in n], r.notes
+    assert "semantic_checks_not_run" not in codes(r) and "routing_check_not_run" not in codes(r)
+    moe = next(k for k in r.layer_kinds if k.mlp == "moe")
+    assert "semantic checks (score placement, output contract, routing) on the tiny twin's layer 1" in moe.checked
+
+
+def test_a_semantic_check_that_cannot_run_is_a_finding_not_a_note(reports: dict[str, CompatReport]) -> None:
+    """gemma4's router and experts sit on the decoder layer, which the checks do not read: a person waives it."""
+    r = reports["gemma4_text"]
+    (skipped,) = [i for i in r.issues if i.code == "semantic_checks_not_run"]
+    assert skipped.severity == "blocker" and "layer-level MoE" in skipped.message
+    assert "--waive semantic_checks_not_run" in skipped.fix_location
+    assert "semantic_checks_not_run" in render_compat_text(r)
+    only = r.model_copy(update={"issues": [skipped]})
+    result = map_report(only)
+    assert result.outcome == "needs_human" and "no issues" not in result.summary
 
 
 def test_text_report_renders_every_field(reports: dict[str, CompatReport]) -> None:
@@ -230,7 +307,10 @@ def test_text_report_renders_every_field(reports: dict[str, CompatReport]) -> No
     assert text.startswith("Compatibility report for deepseek-ai/DeepSeek-V3\n")
     assert text.endswith("\n") and not text.endswith("\n\n")
     for line in ("score_func:           sigmoid", "attention:            mla", "min_layers_needed:    4",
-                 "strict_load:          FAIL", "[fixable] router_bias_key_misnamed"):
+                 "strict_load:          FAIL", "[fixable] router_bias_key_misnamed",
+                 "layer kinds:          2 (all 61 layers built on meta with the target's code)",
+                 "    - mla x dense: layers 0-2; self_attn (DeepseekV3Attention), mlp (DeepseekV3MLP)",
+                 "    - mla x moe: layers 3-60;", "      verdict: FAIL (router_bias_key_misnamed)"):
         assert line in text
     assert "issues:               none" in render_compat_text(reports["qwen3_moe"])
 

@@ -46,3 +46,16 @@ def test_a_rule_the_target_misconfigures_is_the_agents_and_a_fix_in_the_experime
     assert "moe_replacement.py" in before["fix_location"]
     fixes.laguna_router(target)
     assert routing_issues(call_worker(PROBE, source, target=target)) == {}
+
+
+def test_the_router_rule_is_checked_behind_leading_dense_layers(tmp_path: Path):
+    """DeepSeek-V3's first three layers are dense: the tiny twin was indexed at the real MoE layer (3) and the
+    checks never ran ("IndexError: index 3 is out of range", a note). A target that drops the route scale is now
+    caught, with HF's rule found through the group-limited choice (8 groups of the twin's experts, 4 kept)."""
+    source = {"source": resolve_model_source("deepseek_v3").model_dump(mode="json")}
+    target = new_run_workspace(tmp_path / "state")
+    fixes.replace_once(target, fixes.MOE, '    # Route scaling factor (DeepSeek V2/V3)\n'
+                       '    route_scale = getattr(config, "routed_scaling_factor", 1.0)\n',
+                       "    route_scale = 1.0  # the scale dropped\n")
+    found = routing_issues(call_worker(PROBE, source, target=target))["router_rule_mismatch"]
+    assert "route_scale=1.0" in found["message"] and "route_scale=2.5" in found["message"], found["message"]

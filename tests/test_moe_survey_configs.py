@@ -11,7 +11,6 @@ import pytest
 from phases.add_moe_model.model_source import resolve_model_source
 from phases.add_moe_model.survey.discover import list_moe_models
 from phases.add_moe_model.work.hf_config import build_hf_config
-from phases.add_moe_model.work.layers import build_truncated_config
 from phases.add_moe_model.work.config_fields import expert_count
 from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
 from phases.add_moe_model.work.synthetic import build_synthetic_entry, check_synthetic_config
@@ -64,7 +63,6 @@ def test_a_config_with_other_field_names_keeps_its_layers_and_real_sizes():
     assert (built.num_layers, built.ffn_hidden_size, built.expert_ffn_hidden_size) == (1, 12288, 2048)
     assert built.n_routed_experts == 8 and built.zero_expert_num == 4  # 256 of 512 real: the same share
     assert check_synthetic_config(entry, real) == [] and probe_entry_build(entry) == ([0], [])
-    assert build_truncated_config(real, num_layers=1).num_layers == 1
 
 
 @pytest.mark.parametrize("model_type", ["bailing_hybrid", "flex_olmo"])
@@ -89,7 +87,7 @@ def test_dense_defaults_are_surveyed_in_their_moe_form(model_type, switch):
     config = _config(model_type)
     assert expert_count(config) == 8 and getattr(config, switch)
     with torch.device("meta"):  # the probe's meta build; once: int * None on the unset MoE sizes
-        AutoModelForCausalLM.from_config(build_truncated_config(config, num_layers=2))
+        AutoModelForCausalLM.from_config(config)
 
 
 def test_a_moe_switch_named_is_moe_is_turned_on_too():
@@ -165,7 +163,9 @@ def test_a_numerics_run_that_cannot_fit_in_memory_is_refused_with_the_numbers(mo
 
 def test_jambas_expert_layer_period_places_its_moe_layers():
     """Blind trial 2 (jamba): 'moe_mechanism: all_layers' and layers 8..31 listed dense; its config places experts
-    every expert_layer_period layers from expert_layer_offset (the class's own layers_num_experts agrees)."""
+    every expert_layer_period layers from expert_layer_offset (the class's own layers_num_experts agrees). Its
+    periods cannot be rewritten to one layer per kind, so the entry keeps its first five layers, which hold its
+    three kinds (Mamba x dense, Mamba x MoE, attention x dense at layer 4)."""
     from phases.add_moe_model.work.layers import predict_moe_layers, resolve_moe_mechanism
     from phases.add_moe_model.work.synthetic import probe_entry_build
 
@@ -174,5 +174,5 @@ def test_jambas_expert_layer_period_places_its_moe_layers():
     assert predict_moe_layers(config) == [i for i, n in enumerate(config.layers_num_experts) if n > 1] == \
         list(range(1, 32, 2))
     entry = build_synthetic_entry(config)
-    assert entry["num_hidden_layers"] == 2
-    assert probe_entry_build(entry) == ([1], [])
+    assert (entry["num_hidden_layers"], entry["attn_layer_offset"], entry["expert_layer_period"]) == (5, 4, 2)
+    assert probe_entry_build(entry) == ([1, 3], [])

@@ -43,6 +43,56 @@ class KeyCheck(BaseModel):
     note: str = ""
 
 
+class LayerKind(BaseModel):
+    """One distinct kind of decoder layer of the real model, with its indices (work/layer_kinds.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """The attention kind (with the config's layer type) x the MLP kind, e.g. "linear (linear_attention) x dense"."""
+    attention: str
+    """gqa | mla | mla+dsa | linear | custom | none: what the layer's sequence mixer is."""
+    attention_module: str
+    """The mixer's attribute and class, e.g. "self_attn (BailingHybridDeltaAttention)"; "none" without one."""
+    mlp: str
+    """moe | moe (layer-level) | dense | none."""
+    mlp_module: str
+    config: dict[str, Any] = {}
+    """The config's per-layer values of these layers, e.g. {"layer_types": "linear_attention"}."""
+    layers: list[int]
+    """The real model's layer indices of this kind."""
+    checked: list[str] = []
+    """What the probe ran on this kind with the target's code, on meta at real size."""
+    findings: list[str] = []
+    """Codes of the probe's findings on this kind; empty when every check of ``checked`` passed."""
+
+    @property
+    def ranges(self) -> str:
+        return index_ranges(self.layers)
+
+
+def index_ranges(indices: list[int]) -> str:
+    """"0-4, 6-10, 12" for [0, 1, 2, 3, 4, 6, ..., 10, 12]."""
+    parts, start = [], None
+    for i, index in enumerate(indices):
+        start = index if start is None else start
+        if i + 1 == len(indices) or indices[i + 1] != index + 1:
+            parts.append(str(index) if start == index else f"{start}-{index}")
+            start = None
+    return ", ".join(parts)
+
+
+class PlannedLayer(BaseModel):
+    """One layer of a scaled config (the synthetic entry, the tiny twin) and the real kind it holds."""
+
+    layer: int
+    """Index in the scaled model."""
+    real_layer: int
+    """The real layer it copies."""
+    kind: str | None
+    """The name of the real kind it holds (None: the built layer matches no kind of the real model)."""
+
+
 class CompatReport(BaseModel):
     """compat_report.json: Phase 1's verdict for one model on one target checkout."""
 
@@ -61,6 +111,9 @@ class CompatReport(BaseModel):
     shared_experts: Literal["none", "additive", "sigmoid-gated", "layer-level"] | None
     attention: Literal["gqa", "mla", "mla+dsa", "linear", "custom", "hybrid", "none"]
     attention_layers: list[str] = []
+    """One line per sequence mixer: its layers, its kind, attribute and class."""
+    layer_kinds: list[LayerKind] = []
+    """Every distinct kind of decoder layer of the real model, with its indices and what the probe ran on it."""
     moe_layers: list[int]
     dense_layers: list[int]
     moe_mechanism: str
@@ -75,7 +128,7 @@ class CompatReport(BaseModel):
     moe_attr: str | None
     """Decoder-layer attribute holding the MoE block ("mlp", "feed_forward", "<layer>")."""
     built_layers: int
-    """Decoder layers actually built on meta (enough to reach the first MoE layer)."""
+    """Decoder layers built on meta: all of the real config's."""
     notes: list[str]
     timings_s: dict[str, float]
     torchtitan_path: str

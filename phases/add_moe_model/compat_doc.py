@@ -19,6 +19,7 @@ from phases.add_moe_model import markdown_doc as md
 from phases.add_moe_model.caveats import caveats
 from phases.add_moe_model.cited import EVENT_TYPES, Cited
 from phases.add_moe_model.layer_kinds_text import layer_kind_lines
+from phases.add_moe_model.layer_table import layer_kind_rows
 from phases.add_moe_model.measured_tree import DOC, check_measured
 from phases.add_moe_model.model_numbers import real_numbers, synthetic_numbers
 from phases.add_moe_model.model_source import model_name
@@ -71,7 +72,8 @@ def collect_values(results: Results, *, options: dict[str, Any], cited: Cited) -
         "pretrained": numerics.pretrained.model_dump(mode="json", exclude_unset=True) if numerics.pretrained else None,
         "probe": probe.model_dump(mode="json", exclude_unset=True), "core_issues": core,
         "synthetic": synthetic_numbers(results, cited).as_data(), "real": real.as_data() if real else None,
-        "differences": differences(results, cited), "layer_kinds": layer_kind_lines(results, cited),
+        "differences": differences(results, cited), "layer_kinds": layer_kind_rows(results),
+        "layer_kind_lines": layer_kind_lines(results, cited),
     }
 
 

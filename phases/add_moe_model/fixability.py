@@ -40,6 +40,10 @@ PROVEN: dict[str, str] = {
                                       "core, remains)",
     "moe_probe_failed": "jetmoe (the probe read block.experts; a config without top-k or a scoring function Titan's "
                         "router lacks is a person's finding instead)",
+    # Fixable only where the experiment folder's frame raised on the tiny twin (the target's swap not finding the
+    # MoE); elsewhere it is a person's (a blocker naming who raised).
+    "semantic_checks_not_run": "Llama-4-Scout (the swap finds the MoE under feed_forward: the checks run and find "
+                               "their two findings)",
 }
 
 # Fixable codes whose reference fix is not written yet, and why each is still called fixable: its fix

@@ -36,7 +36,8 @@ from phases.add_moe_model.parallel_matrix import (
 )
 from phases.add_moe_model.parallel_jobs import WAITING, job_row, waiting_summary
 from phases.add_moe_model.error_triage import NOT_THE_AGENTS, frame_file, in_experiment
-from phases.add_moe_model.records import Parallelism, Synthetic, TorchrunRow
+from phases.add_moe_model.layer_table import kinds_of_layers, synthetic_layers
+from phases.add_moe_model.records import Parallelism, Results, Synthetic, TorchrunRow
 from phases.add_moe_model.workers import ASSETS, BUILD_CHECK
 
 SKILL_FEEDBACK = (
@@ -178,8 +179,11 @@ def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
     rows = data["rows"]
     unsupported = [str(r["world_size"]) for r in data["build_check"] if r["status"] == "UNSUPPORTED"]
     said = f" (world {', '.join(unsupported)}: the target declares the layout unsupported)" if unsupported else ""
+    results = Results.model_validate(ctx.results)
+    kinds = len(synthetic_layers(results.synthetic_config))
+    over = f" over the synthetic entry's {kinds} layer kind{'s' if kinds != 1 else ''}" if kinds else ""
     summary = (f"build check {sum(r['status'] == 'PASS' for r in data['build_check'])}/{len(data['build_check'])} "
-               f"PASS{said}; torchrun: " + ", ".join(f"{r['config']} {r['status']}" for r in rows))
+               f"PASS{over}{said}; torchrun: " + ", ".join(f"{r['config']} {r['status']}" for r in rows))
     unknown = [Issue(code="unknown_target_api", message=f"world {r['world_size']}: {r['error']}",
                      fix_location="phases/add_moe_model/work/build_check.py (the workflow's worker; the target "
                                   "is not at fault)") for r in data["build_check"] if unknown_api(r)]
@@ -187,7 +191,8 @@ def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
         return PhaseResult(outcome="failed", summary=summary, data=data, issues=tuple(unknown))
     if any(r["status"] == WAITING for r in rows):
         return PhaseResult(outcome="waiting_job", summary=waiting_summary(rows), data=data)
-    issues = [build_check_issue(r) for r in data["build_check"] if r["status"] == "FAIL"]
+    issues = [build_check_issue(r, kinds=kinds_of_layers(results, r.get("failed_layers") or []))
+              for r in data["build_check"] if r["status"] == "FAIL"]
     issues += [Issue(code="torchrun_failed", message=f"{r['config']}: {r['error']} (root cause: {r['root_cause']})",
                      fix_location="experiment code (see the row's log)")
                for r in rows if r["status"] == "FAIL" and r.get("fixable")]
@@ -202,9 +207,11 @@ def outcome(ctx: PhaseContext, data: dict[str, Any]) -> PhaseResult:
     return PhaseResult(outcome="passed", summary=summary, data=data)
 
 
-def build_check_issue(r: dict[str, Any]) -> Issue:
-    """A failed world size, named for whose code failed: the sharding configs, or the frame that raised."""
-    head = f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}): {r['error'] or ''}"
+def build_check_issue(r: dict[str, Any], *, kinds: str = "") -> Issue:
+    """A failed world size, named for whose code failed (the sharding configs, or the frame that raised) and for
+    the layer kinds it failed on (``kinds``: layer_table.kinds_of_layers)."""
+    on = f" [failed on {kinds}]" if kinds else ""
+    head = f"world {r['world_size']} (tp={r['tp']}, ep={r['ep']}){on}: {r['error'] or ''}"
     frame = r.get("error_frame")
     if r["unsharded_modules"] or not frame:
         return Issue(code="module_without_sharding_config",

@@ -9,8 +9,11 @@ experiment folder, then the next advance re-probes the edited checkout); any blo
 
 from __future__ import annotations
 
+import dataclasses
+
 from orchestrator.phase_api import Issue, PhaseContext, PhaseResult, Question
 from phases.add_moe_model.compat import CompatReport, ProbeRequest
+from phases.add_moe_model.layer_table import kinds_summary
 from phases.add_moe_model.model_source import ModelSourceError, resolve_model_source
 from phases.add_moe_model.workers import PROBE
 from phases.add_moe_model.workspace import EXP
@@ -40,7 +43,15 @@ def run(ctx: PhaseContext) -> PhaseResult:
 
 
 def map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResult:
-    """Turn a report into the phase outcome (pure: tests call it directly)."""
+    """Turn a report into the phase outcome (pure: tests call it directly); every summary names the kinds built."""
+    result = _map_report(report, answer=answer)
+    kinds = kinds_summary(report)
+    if not kinds:
+        return result
+    return dataclasses.replace(result, summary=f"{result.summary}; {kinds}, each built and checked on meta")
+
+
+def _map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResult:
     data = report.model_dump(mode="json")
     issues = tuple(Issue(code=i.code, message=f"[{i.severity}] {i.message}", fix_location=i.fix_location)
                    for i in report.issues)
@@ -73,7 +84,8 @@ def map_report(report: CompatReport, *, answer: str | None = None) -> PhaseResul
         return PhaseResult(outcome="needs_agent", summary=f"{report.model_id}: state-dict checks failed",
                            data={**data, "issues": [*data["issues"], finding]}, issues=(failed,))
     return PhaseResult(outcome="passed",
-                       summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s)",
+                       summary=f"{report.model_id}: continuing past {len(human)} accepted blocker/core issue(s): "
+                               f"{', '.join(i.code for i in human)}",
                        data=data, issues=issues)
 
 

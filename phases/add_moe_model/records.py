@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from phases.add_moe_model.compat import CompatIssue, KeyCheck
+from phases.add_moe_model.compat import CompatIssue, KeyCheck, LayerKind, PlannedLayer
 from phases.add_moe_model.tree_scripts import TreeScriptVerdict
 from phases.add_moe_model.work.build_check import WorldResult
 from phases.add_moe_model.work.numerics import RoundTrip
@@ -43,7 +43,8 @@ class Probe(BaseModel):
     hidden_size: int | None = None
     moe_intermediate_size: int | None = None
     min_layers_needed: int | None = None
-    """Layers the synthetic model needs so every kind of layer the real model has is built at least once."""
+    """The skill's 1g field: layers up to and including the first MoE layer (the synthetic entry holds one layer of
+    each kind instead, ``Synthetic.layers``)."""
     state_dict_roundtrip: str | None = None
     """PASS or FAIL (None only in hand-made reports of tests)."""
     strict_load: str | None = None
@@ -51,6 +52,9 @@ class Probe(BaseModel):
     strict_load_detail: KeyCheck | None = None
     issues: tuple[CompatIssue, ...] = ()
     """Fixable, core and blocker findings; the probe_clean gate and the numerics load check read them."""
+    layer_kinds: tuple[LayerKind, ...] = ()
+    """Every kind of decoder layer of the real model, with its indices and what the probe ran on it: the one
+    description later phases report against (empty in runs from before it)."""
     waived: dict[str, str] = {}
     """Finding code -> a person's reason (``orchestrator.waivers``)."""
 
@@ -62,6 +66,10 @@ class Synthetic(BaseModel):
 
     entry: dict[str, Any]
     """The model's ``_MODEL_CONFIGS``-style entry: ``model_type`` plus the config kwargs every worker builds from."""
+    layers: tuple[PlannedLayer, ...] = ()
+    """Which kind of the real model each layer of the entry holds (empty in runs from before it)."""
+    layer_note: str = ""
+    """Why the entry has the layers it has."""
     waived: dict[str, str] = {}
 
 

@@ -31,27 +31,30 @@ def run(ctx: PhaseContext) -> PhaseResult:
         source = resolve_model_source(str(ctx.options.get("model", "")))
     except ModelSourceError as exc:
         return PhaseResult(outcome="failed", summary=str(exc))
-    request = {"source": source.model_dump(mode="json"), "probe_min_layers": probe.min_layers_needed}
+    request = {"source": source.model_dump(mode="json"), "probe_min_layers": probe.min_layers_needed,
+               "layer_kinds": [k.model_dump(mode="json") for k in probe.layer_kinds]}
     ctx.plan(1)
     answer = ctx.call(SYNTHETIC, request, label="synthetic_config")
     entry, checks = answer.entry, list(answer.checks)
+    layers = {"layers": [p.model_dump(mode="json") for p in answer.layers], "layer_note": answer.layer_note}
     if checks:
-        return rules_broken(entry, checks)
+        return rules_broken(entry, checks, layers=layers)
     written_to, problems = write_entry(ctx, entry)
     data = {"entry": entry, "written_to": written_to, "checks": checks + problems,
-            "moe_layers_built": answer.moe_layers_built}
+            "moe_layers_built": answer.moe_layers_built, **layers}
     if problems:
         return PhaseResult(outcome="failed", summary=f"NE edit rejected: {problems[0]}", data=data)
-    return PhaseResult(outcome="passed", summary=f"{entry['model_type']} entry written to {written_to}", data=data)
+    return PhaseResult(outcome="passed", summary=f"{entry['model_type']} entry written to {written_to}: "
+                                                 f"{answer.layer_note}", data=data)
 
 
-def rules_broken(entry: dict, checks: list[str]) -> PhaseResult:
+def rules_broken(entry: dict, checks: list[str], *, layers: dict | None = None) -> PhaseResult:
     """The entry is built by orchestrator's own code, outside the experiment folder: a person's call."""
     where = (f"orchestrator: {CONFIG_KEYS} (the config names it knows) or work/scaled_config.py; "
              "or a person waives it: resume RUN --waive synthetic_rule_broken --reason TEXT")
     issues = tuple(Issue(code="synthetic_rule_broken", message=c, fix_location=where) for c in checks)
     return PhaseResult(outcome="needs_human", summary=f"synthetic entry breaks {len(checks)} rule(s)",
-                       data={"entry": entry, "checks": checks}, issues=issues)
+                       data={"entry": entry, "checks": checks, **(layers or {})}, issues=issues)
 
 
 def write_entry(ctx: PhaseContext, entry: dict) -> tuple[str, list[str]]:

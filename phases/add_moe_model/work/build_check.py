@@ -47,6 +47,10 @@ class WorldResult(BaseModel):
     error_frame: str | None = None
     """The innermost frame outside torch, "path:line function" (work/error_origin.py)."""
     unsharded_modules: list[str] = Field(default_factory=list)
+    failed_layers: list[int] = Field(default_factory=list)
+    """Decoder layers of the synthetic model on which the target's per-layer sharding setup raised or left a
+    module without a config, found by running it again layer by layer after a FAIL (the kind of each is the
+    synthetic phase's ``layers``)."""
     parallelize: Literal["PASS", "FAIL", "not_run"] = "not_run"
     parallelize_error: str | None = None
     dtensor_params: int = 0
@@ -100,6 +104,7 @@ def check_world(cfg_dir: str, *, world_size: int, tp: int, ep: int, parallelize:
 
     base = dict(world_size=world_size, tp=tp, ep=ep)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    model = None
     try:
         dims = build_parallel_dims(world_size=world_size, tp=tp, ep=ep)
         model = build_backend_model(cfg_dir)
@@ -108,7 +113,8 @@ def check_world(cfg_dir: str, *, world_size: int, tp: int, ep: int, parallelize:
                    "(incl. _assert_all_states_sharded) on meta; model.parallelize on the fake mesh "
                    "when asked (states placed, no collective run)")
         if unsharded or error:
-            return WorldResult(**base, status="FAIL", error=error, unsharded_modules=unsharded, checked=checked)
+            return WorldResult(**base, status="FAIL", error=error, unsharded_modules=unsharded, checked=checked,
+                               failed_layers=failing_layers(model, enable_sp=dims.tp_enabled))
         if not parallelize:
             return WorldResult(**base, status="PASS", checked=checked)
         outcome, p_error = try_parallelize(model, dims)
@@ -118,8 +124,9 @@ def check_world(cfg_dir: str, *, world_size: int, tp: int, ep: int, parallelize:
         from phases.add_moe_model.work.error_origin import describe_error, error_origin
 
         origin, frame = error_origin(exc)
+        failed = failing_layers(model, enable_sp=tp > 1) if model is not None else []
         return WorldResult(**base, status="FAIL", error=describe_error(exc), error_type=type(exc).__name__,
-                           error_origin=origin, error_frame=frame)
+                           error_origin=origin, error_frame=frame, failed_layers=failed)
     finally:
         dist.destroy_process_group()
 
@@ -170,6 +177,21 @@ def apply_target_sharding(model: Any, dims: Any) -> tuple[list[str], str | None]
         names = parse_unsharded(str(exc))
         return names, (None if names else f"ValueError: {exc}")
     return [], None
+
+
+def failing_layers(model: Any, *, enable_sp: bool) -> list[int]:
+    """The layers on which the target's ``_set_layer_sharding_configs`` or its backstop fails, one by one."""
+    from torchtitan.experiments.transformers_modeling_backend import hf_sharding
+
+    failed = []
+    for position, block in enumerate(model.layers.values() if hasattr(model.layers, "values") else model.layers):
+        moe = hf_sharding._moe_subtree(block) if hasattr(hf_sharding, "_moe_subtree") else None
+        try:
+            hf_sharding._set_layer_sharding_configs(block, enable_sp=enable_sp)
+            hf_sharding._assert_all_states_sharded(block, path=f"layers.{position}", skip=(moe,) if moe else ())
+        except Exception:  # noqa: BLE001 - any raise marks the layer; the world's own error is kept as it was
+            failed.append(position)
+    return failed
 
 
 def parse_unsharded(message: str) -> list[str]:

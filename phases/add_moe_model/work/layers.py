@@ -1,17 +1,15 @@
-"""Which decoder layers of an HF config are MoE, and a layer-truncated copy for fast builds.
+"""Which decoder layers of an HF config are MoE, by the config's own mechanism.
 
-The probe builds the HF model on meta with only as many layers as it takes to reach the
-first MoE layer; the full layer plan comes from the config's own mechanism
-(first_k_dense_replace, decoder_sparse_step, mlp_layer_types, ...), and the built prefix
-is checked against that prediction so a wrong rule cannot go unnoticed.
+The probe builds every layer on meta and reads the MoE layers from the built ones
+(work/layer_kinds.py); the mechanism (first_k_dense_replace, decoder_sparse_step,
+mlp_layer_types, ...) is its cross-check, and a note says where the two disagree.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from phases.add_moe_model.work.config_fields import config_init_keys, layer_count_key, read_field
+from phases.add_moe_model.work.config_fields import read_field
 
 MECHANISMS = (
     "mlp_layer_types",
@@ -63,16 +61,3 @@ def predict_moe_layers(config: Any) -> list[int]:
         period, offset = int(config.expert_layer_period), int(read_field(config, "expert_layer_offset") or 0)
         return [i for i in range(n) if period > 0 and i % period == offset]
     return list(range(n))
-
-
-def build_truncated_config(config: Any, *, num_layers: int) -> Any:
-    """Copy ``config`` with ``num_layers`` decoder layers and per-layer lists cut to match."""
-    n = int(config.num_hidden_layers)
-    small = copy.deepcopy(config)
-    for key, value in list(vars(small).items()):
-        if key == "moe_layers" and isinstance(value, list):
-            setattr(small, key, [i for i in value if i < num_layers])
-        elif isinstance(value, list) and len(value) == n and n != num_layers:
-            setattr(small, key, value[:num_layers])
-    setattr(small, layer_count_key(config_init_keys(config.model_type)), num_layers)
-    return small

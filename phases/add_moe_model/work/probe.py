@@ -3,9 +3,11 @@
 Runs in a fresh subprocess whose sys.path starts with the target, so every torchtitan
 function called here (``_probe_hf_moe_block``, ``_build_moe_config``, the state-dict
 adapter, the sharding helpers) is the target's, edits included. One import, one meta
-build of the real config cut to the first MoE layer, one meta Titan MoE, one tiny
-materialized model for round-trip values: that keeps the probe near the floor of
-"import the experiment + build the config on meta".
+build of the whole real-depth model, described once as its kinds of decoder layer
+(work/layer_kinds.py) and checked kind by kind with the target's code (work/kind_checks.py),
+one meta Titan MoE per MoE kind, one tiny materialized twin holding a layer of each kind for
+round-trip values and the semantic checks (work/tiny_twin.py): that keeps the probe near the
+floor of "import the experiment + build the config on meta".
 """
 
 from __future__ import annotations
@@ -13,20 +15,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from phases.add_moe_model.compat import CompatIssue, CompatReport, KeyCheck, ProbeRequest, ProbeResponse, WorkerError
-from phases.add_moe_model.model_source import ModelSource
-from phases.add_moe_model.work import (
-    conversion_checks, hf_checks, semantic_checks, sharding_checks, state_dict_checks,
+from phases.add_moe_model.compat import (
+    CompatIssue, CompatReport, KeyCheck, LayerKind, ProbeRequest, ProbeResponse, WorkerError, index_ranges,
 )
+from phases.add_moe_model.model_source import ModelSource
+from phases.add_moe_model.work import conversion_checks, hf_checks, kind_checks, sharding_checks, state_dict_checks
 from phases.add_moe_model.work.config_fields import read_field
 from phases.add_moe_model.work.hf_config import HFConfigError, build_hf_config, raise_build_error
-from phases.add_moe_model.work.layers import build_truncated_config, predict_moe_layers, resolve_moe_mechanism
+from phases.add_moe_model.work.layer_kinds import attention_summary, describe_layers
+from phases.add_moe_model.work.layers import predict_moe_layers, resolve_moe_mechanism
 from phases.add_moe_model.work.probe_failure import probe_failure_issue
-from phases.add_moe_model.work.scaled_config import ScalePlan, build_scaled_kwargs
+from phases.add_moe_model.work.tiny_twin import build_tiny_twin, check_semantics
 from orchestrator.progress import report
 
 EXP_PKG = "torchtitan.experiments.transformers_modeling_backend"
-WIDER_BUILD = 8
 
 
 def probe(request: dict) -> dict:
@@ -49,29 +51,29 @@ def run_probe(source: ModelSource) -> CompatReport:
     target = _import_target()
     clock.lap("import")
     predicted = predict_moe_layers(config)
-    report("building the HF model on meta", layers=(predicted[0] + 1) if predicted else config.num_hidden_layers)
-    model, built = _build_meta_model(config, predicted)
+    report("building the HF model on meta", layers=int(config.num_hidden_layers))
+    model = _build_meta_model(config)
     scan = _scan_layers(model, target)
-    if not any(r["attr"] for r in scan) and built < min(int(config.num_hidden_layers), WIDER_BUILD):
-        # NOTE: the config's mechanism may be one layers.py does not know (jamba's expert_layer_period):
-        # the evidence is the built layers, so build more of them before calling the model dense.
-        predicted = []
-        model, built = _build_meta_model(build_truncated_config(config, num_layers=WIDER_BUILD), [])
-        scan = _scan_layers(model, target)
-        predicted = [r["index"] for r in scan if r["attr"] is not None]
+    kinds = describe_layers([r["layer"] for r in scan], config)
     clock.lap("meta_build")
-    issues, notes = _check_layer_plan(scan, predicted, built=built)
+    issues, notes, moe_layers = _check_layer_plan(scan, predicted)
     moe = _probe_first_moe(scan, config, target, issues)
+    kind_issues, moe_ran = kind_checks.probe_other_moe_kinds(scan, kinds, config, target)
     clock.lap("moe_probe")
-    issues += _check_sharding(model, scan, target["sharding"], notes)
-    tiny, tiny_error = _tiny_model(config, moe)
+    sharding_issues, sharding_codes = kind_checks.check_kinds_sharding(scan, kinds, target["sharding"])
+    notes += _dsa_notes(scan)
+    tiny, plan, tiny_error = build_tiny_twin(config, kinds)
     roundtrip, strict = _check_state_dicts(model, config, moe, target, issues, tiny=tiny, tiny_error=tiny_error)
     clock.lap("state_dicts")
-    issues += _judge_on_target(config, moe, strict, target, tiny, notes)
+    issues += _judge_on_target(config, moe, strict, target)
+    semantic = check_semantics(tiny, tiny_error, moe, target)
     clock.lap("semantics")
+    kinds = _record_checks(kinds, moe=moe, moe_ran=moe_ran, codes=sharding_codes,
+                           own=(issues, kind_issues, semantic), plan=plan)
     return _assemble(
-        source, config=config, predicted=predicted, scan=scan, moe=moe, issues=issues, notes=notes,
-        roundtrip=roundtrip, strict=strict, timings=timings, target=target, built=built,
+        source, config=config, moe_layers=moe_layers, kinds=kinds, moe=moe, notes=notes,
+        issues=issues + kind_issues + sharding_issues + semantic, roundtrip=roundtrip, strict=strict,
+        timings=timings, target=target,
     )
 
 
@@ -96,15 +98,14 @@ def _import_target() -> dict[str, Any]:
     return mods
 
 
-def _build_meta_model(config: Any, predicted: list[int]) -> tuple[Any, int]:
+def _build_meta_model(config: Any) -> Any:
+    """The whole real-depth model on meta: every layer, so every kind of layer, is built."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    n = predicted[0] + 1 if predicted else int(config.num_hidden_layers)
-    small = build_truncated_config(config, num_layers=n)
     try:
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(small), n
+            return AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # noqa: BLE001 - transformers' own failure on this config is the answer
         raise_build_error(config, exc)
 
@@ -130,20 +131,21 @@ def _target_moe_attr(module: Any, layer: Any) -> str | None:
     return found if found is None else str(found)
 
 
-def _check_layer_plan(scan: list[dict], predicted: list[int], *, built: int) -> tuple[list[CompatIssue], list[str]]:
+def _check_layer_plan(scan: list[dict], predicted: list[int]) -> tuple[list[CompatIssue], list[str], list[int]]:
+    """Findings, notes and the MoE layers: those the built layers show, else the config's prediction."""
     seen = [r["index"] for r in scan if r["attr"] is not None]
-    expected = [i for i in predicted if i < built]
-    notes = [f"built {built} of the real layers on meta; MoE layers beyond them follow the config's mechanism"]
+    notes = [f"built all {len(scan)} layers of the real config on meta"]
     if not seen and (unrecognized := hf_checks.check_unrecognized_moe([r["layer"] for r in scan])):
-        return unrecognized, notes
-    if seen == expected:
-        return [], notes
+        return unrecognized, notes, predicted
+    if seen == predicted:
+        return [], notes, seen
     if not seen:
-        msg = f"no MoE layer among the {built} built layers (config predicts {expected}); no gate/router+experts found"
+        msg = f"no MoE layer among the {len(scan)} built layers (config predicts {predicted}); no gate/router+experts"
         return [CompatIssue(code="no_moe_layer", message=msg, fix_location="MODEL (is this an MoE model?)",
-                            severity="blocker")], notes
-    notes.append(f"config mechanism predicts MoE layers {expected} among the built ones, the scan found {seen}")
-    return [], notes
+                            severity="blocker")], notes, predicted
+    notes.append(f"the config's mechanism predicts MoE layers {index_ranges(predicted) or 'none'}; the built "
+                 f"layers have them at {index_ranges(seen)} (reported)")
+    return [], notes, seen
 
 
 def _probe_first_moe(scan: list[dict], config: Any, target: dict, issues: list[CompatIssue]) -> dict[str, Any]:
@@ -171,13 +173,9 @@ def _call_target_probe(moe: Any, block: Any, config: Any, *, layer_level: bool,
         return None
 
 
-def _check_sharding(model: Any, scan: list[dict], sharding: Any, notes: list[str]) -> list[CompatIssue]:
-    issues: list[CompatIssue] = []
-    for row in scan:
-        issues += sharding_checks.check_layer_sharding(sharding, row["layer"], index=row["index"], moe_attr=row["attr"])
-    if scan:
-        notes += sharding_checks.check_dsa_under_tp(getattr(scan[0]["layer"], "self_attn", None))
-    return _dedupe(issues)
+def _dsa_notes(scan: list[dict]) -> list[str]:
+    mixers = (getattr(r["layer"], "self_attn", None) for r in scan)
+    return next((n for n in map(sharding_checks.check_dsa_under_tp, mixers) if n), [])
 
 
 def _check_state_dicts(model: Any, config: Any, moe: dict, target: dict,
@@ -222,20 +220,6 @@ def layout_note(moe_cls: type) -> str:
     return f"Titan MoE takes x_{found.name}: {found.evidence}"
 
 
-def _tiny_model(config: Any, moe: dict) -> tuple[Any | None, str]:
-    """A materialized tiny model of the same type (random values): the value round trip and the
-    semantic checks run on it. (None, why) when transformers cannot build one (recorded as such)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    layers = moe["row"]["index"] + 1 if moe.get("row") else 1
-    kwargs = build_scaled_kwargs(config, ScalePlan(num_layers=min(layers, 2), tiny=True))
-    kwargs["attn_implementation"] = "eager"
-    try:
-        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**kwargs)), ""
-    except Exception as exc:  # noqa: BLE001 - no tiny twin means no value round trip (recorded as such), not a crash
-        return None, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-
-
 def _random_state_dict(tiny: Any) -> dict[str, Any]:
     import torch
 
@@ -243,9 +227,8 @@ def _random_state_dict(tiny: Any) -> dict[str, Any]:
     return {k: torch.randn_like(v.float()) for k, v in tiny.state_dict().items()}
 
 
-def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tiny: Any,
-                     notes: list[str]) -> list[CompatIssue]:
-    """Findings that stand only while the target's own code does the wrong thing (layout, semantics)."""
+def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict) -> list[CompatIssue]:
+    """Findings that stand only while the target's own code does the wrong thing (layout, conversion)."""
     row = moe.get("row")
     if row is None:
         return []
@@ -261,34 +244,33 @@ def _judge_on_target(config: Any, moe: dict, strict: KeyCheck, target: dict, tin
     issues += conversion_checks.check_router_bias(router, strict=strict, titan_has_bias=moe.get("titan_router_bias"))
     if experts is not None:
         issues += conversion_checks.check_gate_up_interleaved(experts, target["adapter"], hidden=hidden)
-    if moe.get("layer_level") or moe.get("params") is None:
-        return issues
-    if tiny is None:
-        notes.append("semantic checks (score placement, MoE output) not run: no tiny materialized twin")
-        return issues
-    report("semantic checks on a tiny twin: score placement, MoE output")
-    try:
-        return issues + _semantic_findings(tiny, row, target)
-    except Exception as exc:  # noqa: BLE001 - the target's own code failing on the twin is reported, not hidden
-        notes.append(f"semantic checks not run: the target raised on the tiny twin: {type(exc).__name__}: {exc}"[:600])
-        return issues
+    return issues
 
 
-def _semantic_findings(tiny: Any, row: dict, target: dict) -> list[CompatIssue]:
-    tiny_config = tiny.config
-    tiny_config.load_balance_coeff = None
-    tiny_config.comm_backend = "standard"
-    layer = tiny.model.layers[row["index"]]
-    attr, block = hf_checks.probe_moe_site(layer)
-    params = target["moe"]._probe_hf_moe_block(block, tiny_config)
-    moe_config = target["moe"]._build_moe_config(params, tiny_config)
-    swapped = semantic_checks.swap_like_the_target(target["moe"], layer, moe_config)
-    if swapped is None:
-        return []
-    hidden = int(tiny_config.hidden_size)
-    return [*semantic_checks.check_score_placement(block, swapped),
-            *semantic_checks.check_output_contract(block, swapped, hidden=hidden),
-            *semantic_checks.check_routing(block, swapped, hidden=hidden)]
+def _record_checks(kinds: list[LayerKind], *, moe: dict, moe_ran: dict[str, str], codes: dict[str, set[str]],
+                   own: tuple[list[CompatIssue], ...], plan: Any) -> list[LayerKind]:
+    """Each kind with what ran on it and the codes found on it."""
+    first = moe["row"]["index"] if moe.get("row") else None
+    held: dict[str | None, int] = {}
+    for planned in plan.layers if plan is not None else ():
+        held.setdefault(planned.kind, planned.layer)
+    out = []
+    for kind in kinds:
+        ran, found = [kind_checks.SHARDING_RAN], set(codes.get(kind.name, ()))
+        if first in kind.layers:
+            ran.append(f"MoE: the target's MoE detection, probe and Titan MoE build (meta), strict load of layer "
+                       f"{first}; conversion checks")
+            if kind.name in held and not any(i.code == "semantic_checks_not_run" for i in own[2]):
+                ran.append(f"semantic checks (score placement, output contract, routing) on the tiny twin's layer "
+                           f"{held[kind.name]}")
+            found |= {i.code for i in own[0] + own[2] if not i.code.startswith("roundtrip")}
+        elif kind.name in moe_ran:
+            ran.append(moe_ran[kind.name])
+            found |= {i.code for i in own[1] if f"kind '{kind.name}'" in i.message}
+        if kind.name in held:
+            ran.append(f"value round trip on the tiny twin's layer {held[kind.name]}")
+        out.append(kind.model_copy(update={"checked": ran, "findings": sorted(found)}))
+    return out
 
 
 def _dedupe(issues: list[CompatIssue]) -> list[CompatIssue]:
@@ -310,14 +292,14 @@ def _shared_kind(params: dict | None, *, layer_level: bool) -> str | None:
 
 
 def _assemble(
-    source: ModelSource, *, config: Any, predicted: list[int], scan: list[dict], moe: dict, issues: list[CompatIssue],
-    notes: list[str], roundtrip: KeyCheck, strict: KeyCheck, timings: dict[str, float], target: dict, built: int,
+    source: ModelSource, *, config: Any, moe_layers: list[int], kinds: list[LayerKind], moe: dict,
+    issues: list[CompatIssue], notes: list[str], roundtrip: KeyCheck, strict: KeyCheck, timings: dict[str, float],
+    target: dict,
 ) -> CompatReport:
     params = moe.get("params") or {}
     n = int(config.num_hidden_layers)
-    first = predicted[0] if predicted else None
     row = moe.get("row")
-    attention, attention_layers = sharding_checks.attention_layout([(r["index"], r["layer"]) for r in scan])
+    attention, attention_layers = attention_summary(kinds)
     return CompatReport(
         model_id=source.model_id,
         model_type=config.model_type,
@@ -334,10 +316,11 @@ def _assemble(
         shared_experts=_shared_kind(moe.get("params"), layer_level=bool(moe.get("layer_level"))),
         attention=attention,
         attention_layers=attention_layers,
-        moe_layers=predicted,
-        dense_layers=[i for i in range(n) if i not in set(predicted)],
+        layer_kinds=kinds,
+        moe_layers=moe_layers,
+        dense_layers=[i for i in range(n) if i not in set(moe_layers)],
         moe_mechanism=resolve_moe_mechanism(config),
-        min_layers_needed=first + 1 if first is not None else None,
+        min_layers_needed=moe_layers[0] + 1 if moe_layers else None,
         state_dict_roundtrip=roundtrip.verdict,
         strict_load=strict.verdict,
         issues=_dedupe(issues),
@@ -345,11 +328,15 @@ def _assemble(
         strict_load_detail=strict,
         target_probe=_jsonable(moe.get("params")),
         moe_attr=row["attr"] if row else None,
-        built_layers=built,
+        built_layers=len(model_layers(kinds)),
         notes=notes + ([moe["layout_note"]] if moe.get("layout_note") else []),
         timings_s=timings,
         torchtitan_path=target["path"],
     )
+
+
+def model_layers(kinds: list[LayerKind]) -> list[int]:
+    return sorted(i for kind in kinds for i in kind.layers)
 
 
 def _jsonable(value: Any) -> Any:

@@ -36,19 +36,32 @@ TINY = {
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ScalePlan:
-    """How far to scale a real config down.
+    """How far to scale a real config down, and which of its layers to keep.
 
     Attributes:
-        num_layers: decoder layers to keep, e.g. 1.
+        num_layers: decoder layers to keep when ``layers`` is empty, every one MoE, e.g. 1.
+        layers: real layer indices the scaled layers copy, in order, e.g. (0, 2, 5): the first layer of each
+            kind (work/layer_kinds.py). Their per-layer config values (layer_types, ...) come along.
+        dense: positions among ``layers`` whose real layer has no MoE, e.g. (0,).
+        prefix: ``layers`` are the real model's first layers and the config's own layer mechanism
+            (first_k_dense_replace, expert_layer_period, ...) is kept instead of rewritten.
         experts: routed experts, e.g. 8.
         top_k: experts per token, e.g. 2.
         tiny: shrink every size too (probe values), not only the counts (synthetic entry).
     """
 
-    num_layers: int
+    num_layers: int = 1
+    layers: tuple[int, ...] = ()
+    dense: tuple[int, ...] = ()
+    prefix: bool = False
     experts: int = 8
     top_k: int = 2
     tiny: bool = False
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        """The real index each scaled layer copies."""
+        return self.layers or tuple(range(self.num_layers))
 
 
 def build_scaled_kwargs(real: Any, plan: ScalePlan) -> dict[str, Any]:
@@ -129,36 +142,59 @@ def resolve_heads(real: Any, *, hidden: int, tiny: bool) -> tuple[int, int]:
     return heads, kv
 
 
+# Config fields that place layer kinds; a prefix plan carries the real values.
+LAYER_MECHANISM_KEYS = (
+    "first_k_dense_replace", "decoder_sparse_step", "mlp_only_layers", "interleave_moe_layer_step",
+    "enable_moe_block", "expert_layer_period", "expert_layer_offset", "attn_layer_period", "attn_layer_offset",
+    "layer_group_size", "full_attention_interval", "sliding_window_pattern", "no_rope_layer_interval",
+)
+
+
 def _layer_fields(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str, Any]:
-    n = plan.num_layers
-    out: dict[str, Any] = {layer_count_key(keys): n}
-    if "first_k_dense_replace" in keys and read_field(real, "first_k_dense_replace") is not None:
-        out["first_k_dense_replace"] = 0
-    if "decoder_sparse_step" in keys and read_field(real, "decoder_sparse_step") is not None:
-        out["decoder_sparse_step"] = 1
-    if "mlp_only_layers" in keys:
-        out["mlp_only_layers"] = []
-    if "mlp_layer_types" in keys and read_field(real, "mlp_layer_types") is not None:
-        out["mlp_layer_types"] = ["sparse"] * n
-    if "interleave_moe_layer_step" in keys:
-        out["interleave_moe_layer_step"] = 1
+    positions = plan.positions
+    out: dict[str, Any] = {layer_count_key(keys): len(positions)}
+    if plan.prefix:
+        kept = {k: read_field(real, k) for k in LAYER_MECHANISM_KEYS if k in keys}
+        out.update({k: v for k, v in kept.items() if v is not None})
+    else:
+        out.update(_moe_placement(real, keys, plan))
     if "moe_layers" in keys and read_field(real, "moe_layers") is not None:
-        out["moe_layers"] = list(range(n))
-    if "enable_moe_block" in keys:
-        out["enable_moe_block"] = True
-    out.update(per_layer_lists(real, keys, n, taken=out))
+        out["moe_layers"] = ([i for i in real.moe_layers if i < len(positions)] if plan.prefix
+                             else [j for j in range(len(positions)) if j not in plan.dense])
+    out.update(per_layer_lists(real, keys, positions, taken=out))
     return out
 
 
-def per_layer_lists(real: Any, keys: frozenset[str], n: int, *, taken: dict[str, Any]) -> dict[str, Any]:
-    """Every other per-layer list the class reads (layer_types, ...), cut or repeated to ``n`` layers:
+def _moe_placement(real: Any, keys: frozenset[str], plan: ScalePlan) -> dict[str, Any]:
+    """The config's MoE mechanism rewritten so that exactly the positions outside ``plan.dense`` are MoE."""
+    out: dict[str, Any] = {}
+    leading = next((j for j in range(len(plan.positions)) if j not in plan.dense), len(plan.positions))
+    if "first_k_dense_replace" in keys and read_field(real, "first_k_dense_replace") is not None:
+        out["first_k_dense_replace"] = leading
+    if "decoder_sparse_step" in keys and read_field(real, "decoder_sparse_step") is not None:
+        out["decoder_sparse_step"] = 1
+    if "mlp_only_layers" in keys:
+        out["mlp_only_layers"] = list(plan.dense)
+    if "mlp_layer_types" in keys and read_field(real, "mlp_layer_types") is not None:
+        out["mlp_layer_types"] = ([real.mlp_layer_types[i] for i in plan.layers] if plan.layers
+                                  else ["sparse"] * len(plan.positions))
+    if "interleave_moe_layer_step" in keys:
+        out["interleave_moe_layer_step"] = 1
+    if "enable_moe_block" in keys:
+        out["enable_moe_block"] = True
+    return out
+
+
+def per_layer_lists(real: Any, keys: frozenset[str], positions: tuple[int, ...], *,
+                    taken: dict[str, Any]) -> dict[str, Any]:
+    """Every other per-layer list the class reads (layer_types, ...), at the real layers ``positions`` copy:
     a config that validates its lists against num_hidden_layers must get lists of that length."""
     total = read_field(real, "num_hidden_layers")
     out = {}
     for key in sorted(keys - set(taken)):
         value = read_field(real, key)
         if isinstance(value, (list, tuple)) and value and len(value) == total:
-            out[key] = [value[i % len(value)] for i in range(n)]
+            out[key] = [value[i % len(value)] for i in positions]
     return out
 
 

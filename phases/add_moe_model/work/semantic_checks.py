@@ -103,12 +103,13 @@ def check_score_placement(hf_block: Any, titan_moe: Any) -> list[CompatIssue]:
 
 
 def output_arity(module: Any, hidden: int) -> int:
-    """1 when ``module`` returns a tensor, else the length of the tuple it returns."""
+    """1 when ``module`` returns a tensor, else the length of the tuple it returns; called as the decoder layer
+    calls it, on (1, T, H) (torchtitan main's swapped MoE takes HF's batch of one and flattens it)."""
     import torch
 
     torch.manual_seed(0)
     with torch.no_grad():
-        out = module(torch.randn(3, _TOKENS, hidden))
+        out = module(torch.randn(1, _TOKENS, hidden))
     return len(out) if isinstance(out, tuple) else 1
 
 
@@ -145,9 +146,10 @@ def check_output_contract(hf_block: Any, swapped: Any, *, hidden: int) -> list[C
     ]
 
 
-def hf_routing(hf_block: Any, x: Any) -> tuple[Any, Any] | None:
-    """(expert ids, weights), each (T, K), that HF's block hands its experts for tokens ``x`` (T, H); None when
-    the block does not call ``experts(hidden, top_k_index, top_k_weights)``."""
+def hf_routing(hf_block: Any, x: Any, *, top_k: int) -> tuple[Any, Any] | None:
+    """(expert ids, weights), each (T, K), that HF's block routes tokens ``x`` (T, H) with: what it hands its
+    experts as ``experts(hidden, top_k_index, top_k_weights)``, else what its router returns as dense (T, E)
+    weights with ``top_k`` nonzero per token (Llama 4); None when it shows neither."""
     import torch
 
     seen: dict[str, Any] = {}
@@ -156,13 +158,29 @@ def hf_routing(hf_block: Any, x: Any) -> tuple[Any, Any] | None:
         if len(args) >= 3 and not torch.is_floating_point(args[1]):
             seen["ids"], seen["weights"] = args[1], args[2]
 
-    handle = hf_block.experts.register_forward_pre_hook(capture, with_kwargs=True)
+    def dense(_module: Any, _args: tuple, out: Any) -> None:
+        for tensor in out if isinstance(out, tuple) else (out,):
+            if torch.is_tensor(tensor) and tensor.dim() == 2 and tensor.shape[0] == x.shape[0] \
+                    and torch.is_floating_point(tensor) and bool(((tensor != 0).sum(-1) == top_k).all()):
+                seen.setdefault("dense", tensor)
+
+    router = getattr(hf_block, "gate", None) or getattr(hf_block, "router", None)
+    experts = getattr(hf_block, "experts", None)
+    handles = [experts.register_forward_pre_hook(capture, with_kwargs=True)] if experts is not None else []
+    if router is not None:
+        handles.append(router.register_forward_hook(dense))
     try:
         with torch.no_grad():
             hf_block(x.unsqueeze(0))
     finally:
-        handle.remove()
-    return (seen["ids"].reshape(x.shape[0], -1), seen["weights"].reshape(x.shape[0], -1)) if seen else None
+        for handle in handles:
+            handle.remove()
+    if "ids" in seen:
+        return seen["ids"].reshape(x.shape[0], -1), seen["weights"].reshape(x.shape[0], -1)
+    if "dense" in seen:
+        weights, ids = seen["dense"].topk(top_k, dim=-1)
+        return ids, weights
+    return None
 
 
 def titan_router(swapped: Any) -> Any | None:
@@ -170,20 +188,24 @@ def titan_router(swapped: Any) -> Any | None:
 
 
 def plain_gate(hf_block: Any, experts: int, hidden: int) -> tuple[Any, Any] | None:
-    """HF's router as one linear map (E, H) and at most a correction bias (E,) used to choose experts."""
+    """HF's router as one linear map (E, H) and at most a correction bias of E values used to choose experts
+    (flattened: ERNIE keeps it (1, E)); the linear is the router itself or its one submodule of that shape."""
     router = getattr(hf_block, "gate", None) or getattr(hf_block, "router", None)
-    linear = router if getattr(router, "weight", None) is not None else getattr(router, "gate", None)
-    weight = getattr(linear, "weight", None)
-    if weight is None or tuple(weight.shape) != (experts, hidden):
+    if router is None:
         return None
+    shaped = [m for m in router.modules()
+              if tuple(getattr(getattr(m, "weight", None), "shape", ())) == (experts, hidden)]
+    if len(shaped) != 1:
+        return None
+    linear, weight = shaped[0], shaped[0].weight
     named = {**dict(hf_block.named_parameters()), **dict(hf_block.named_buffers())}
     gate_names = {n for n, t in named.items() if t is weight or t is getattr(linear, "bias", None)}
     rest = {n: t for n, t in named.items() if n not in gate_names and not n.startswith("experts.")
             and not n.startswith("shared")}
-    biases = [t for n, t in rest.items() if "bias" in n.rsplit(".", 1)[-1] and tuple(t.shape) == (experts,)]
+    biases = [t for n, t in rest.items() if "bias" in n.rsplit(".", 1)[-1] and t.numel() == experts]
     if len(rest) != len(biases) or len(biases) > 1:
         return None
-    return linear, (biases[0] if biases else None)
+    return linear, (biases[0].reshape(-1) if biases else None)
 
 
 def same_routing(ids_a: Any, w_a: Any, ids_b: Any, w_b: Any) -> Any:
@@ -196,13 +218,16 @@ def same_routing(ids_a: Any, w_a: Any, ids_b: Any, w_b: Any) -> Any:
     return same_ids & close.all(dim=-1)
 
 
-def rule_that_matches(logits: Any, bias: Any, ids: Any, weights: Any, top_k: int) -> str | None:
-    """The Titan router rule (score function, renormalisation, route scale) that gives HF's routing, if any."""
+def rule_that_matches(logits: Any, bias: Any, ids: Any, weights: Any, top_k: int,
+                      groups: tuple[int, int] | None = None) -> str | None:
+    """The Titan router rule (score function, renormalisation, route scale) that gives HF's routing, if any;
+    ``groups`` = (expert groups, groups kept): the group-limited choice both sides make before the top-k."""
     import torch
 
     for score_func in ("softmax", "sigmoid"):
         scores = logits.softmax(-1) if score_func == "softmax" else logits.sigmoid()
-        chosen = (scores if bias is None else scores + bias).topk(top_k, dim=-1).indices
+        choice = scores if bias is None else scores + bias
+        chosen = limit_to_groups(choice, groups).topk(top_k, dim=-1).indices
         for norm in (False, True):
             picked = scores.gather(-1, chosen)
             picked = picked / picked.sum(-1, keepdim=True) if norm else picked
@@ -212,24 +237,49 @@ def rule_that_matches(logits: Any, bias: Any, ids: Any, weights: Any, top_k: int
     return None
 
 
+def limit_to_groups(choice: Any, groups: tuple[int, int] | None) -> Any:
+    """Keep the experts of the ``kept`` groups with the highest top-2 sums (DeepSeek-V3's rule); -inf elsewhere."""
+    if groups is None:
+        return choice
+    count, kept = groups
+    grouped = choice.unflatten(-1, (count, choice.shape[-1] // count))
+    best = grouped.topk(2, dim=-1).values.sum(-1).topk(kept, dim=-1).indices
+    mask = grouped.new_ones(grouped.shape[:-1], dtype=bool).scatter(-1, best, False)
+    return grouped.masked_fill(mask.unsqueeze(-1), float("-inf")).flatten(-2)
+
+
+def router_groups(router: Any) -> tuple[int, int] | None:
+    count = getattr(router, "num_expert_groups", None)
+    return None if count is None else (int(count), int(getattr(router, "num_limited_groups", None) or count))
+
+
 def check_routing(hf_block: Any, swapped: Any, *, hidden: int) -> list[CompatIssue]:
-    """HF's routing (experts and weights per token) against the target's own router given HF's gate weights."""
+    """HF's routing (experts and weights per token) against the target's own router given HF's gate weights;
+    a finding saying why when the comparison cannot be made."""
     import torch
 
     router = titan_router(swapped)
-    experts = int(getattr(router, "num_experts", 0) or 0) if router is not None else 0
+    if router is None:
+        return [routing_not_run(f"the module the target swaps in ({type(swapped).__name__}) has no router with a "
+                                "gate and a score function to give HF's gate weights")]
+    experts = int(getattr(router, "num_experts", 0) or 0)
     found = plain_gate(hf_block, experts, hidden) if experts else None
-    if found is None or getattr(router, "num_expert_groups", None) is not None:
-        return []
+    if found is None:
+        return [routing_not_run(f"HF's {type(hf_block).__name__} does not route with one linear gate ({experts}, "
+                                f"{hidden}) and at most a correction bias, which the comparison gives the target")]
     gate, bias = found
     if (getattr(gate, "bias", None) is None) != (getattr(router.gate, "bias", None) is None) \
             or tuple(getattr(router.gate, "weight", torch.empty(0)).shape) != tuple(gate.weight.shape):
-        return []
+        return [routing_not_run(f"HF's gate (weight {tuple(gate.weight.shape)}, bias "
+                                f"{getattr(gate, 'bias', None) is not None}) and the target's router gate do not "
+                                "take the same weights")]
     torch.manual_seed(1)
     x = torch.randn(16 * _TOKENS, hidden)
-    seen = hf_routing(hf_block, x)
+    seen = hf_routing(hf_block, x, top_k=int(getattr(router, "top_k", 0) or 0))
     if seen is None:
-        return []
+        return [routing_not_run(f"HF's {type(hf_block).__name__} neither calls its experts as experts(hidden, "
+                                "top_k_index, top_k_weights) nor has its router return per-token weights with top-k "
+                                "nonzero, where the comparison reads its routing")]
     with torch.no_grad():
         router.gate.weight.copy_(gate.weight)
         if getattr(gate, "bias", None) is not None:
@@ -240,8 +290,17 @@ def check_routing(hf_block: Any, swapped: Any, *, hidden: int) -> list[CompatIss
     if bool(agree.all()):
         return []
     rule = rule_that_matches(logits, None if bias is None else bias.float(), seen[0], seen[1],
-                             top_k=seen[0].shape[-1])
+                             top_k=seen[0].shape[-1], groups=router_groups(router))
     return [routing_issue(hf_block, router, rule, differ=f"{int((~agree).sum())} of {agree.numel()} tokens")]
+
+
+def routing_not_run(why: str) -> CompatIssue:
+    """The routing comparison could not be made: a person's to waive (the comparison is this workflow's)."""
+    return CompatIssue(
+        code="routing_check_not_run", severity="blocker",
+        message=f"the routing rule check did not run: {why}; whether the target routes tokens as HF does is unchecked",
+        fix_location="phases/add_moe_model/work/semantic_checks.py (check_routing), this workflow's comparison; or a "
+                     "person waives it: orchestrator resume RUN --waive routing_check_not_run --reason TEXT")
 
 
 def routing_issue(hf_block: Any, router: Any, rule: str | None, *, differ: str) -> CompatIssue:

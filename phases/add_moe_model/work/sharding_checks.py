@@ -21,21 +21,33 @@ _LAYER_LEVEL_DROPPED = ("router", "experts", "mlp", "pre_feedforward_layernorm_2
 
 
 # Class-name marks of sequence mixers that are not softmax attention (Mamba, gated delta nets, ...).
-_LINEAR_MIXER_MARKS = ("mamba", "deltanet", "linearattention", "linear_attn", "ssm", "lightning", "rwkv")
+_LINEAR_MIXER_MARKS = ("mamba", "delta", "linearattention", "linear_attn", "ssm", "lightning", "rwkv")
 
 
 def resolve_attention_kind(attn: Any) -> str:
-    """gqa | mla | mla+dsa | linear | custom | none, from one sequence mixer's projections or class."""
+    """gqa | mla | mla+dsa | linear | custom | none, from one sequence mixer's convolution, projections or class.
+
+    A mixer with a short convolution (Mamba, gated delta nets, Kimi delta attention) is linear even where it
+    has q_proj/k_proj/v_proj: softmax attention has no convolution over the sequence. Latent projections say
+    MLA before the class name is read, since a model's name may hold a mark (KimiLinearAttention is its MLA).
+    """
     if attn is None:
         return "none"
-    if any(mark in type(attn).__name__.lower() for mark in _LINEAR_MIXER_MARKS):
+    if short_conv(attn) is not None:
         return "linear"
     present = {n for n, m in attn.named_children() if m is not None}
     if present & {"kv_a_proj_with_mqa", "q_a_proj"}:
         return "mla+dsa" if "indexer" in present else "mla"
+    if any(mark in type(attn).__name__.lower() for mark in _LINEAR_MIXER_MARKS):
+        return "linear"
     if {"q_proj", "k_proj", "v_proj"} <= present:
         return "gqa"
     return "custom"
+
+
+def short_conv(attn: Any) -> tuple[str, Any] | None:
+    """(name, module) of a mixer's own Conv1d child, if it has one."""
+    return next(((n, m) for n, m in attn.named_children() if type(m).__name__ == "Conv1d"), None)
 
 
 def sequence_mixer(layer: Any) -> tuple[str, Any] | None:
@@ -48,24 +60,9 @@ def sequence_mixer(layer: Any) -> tuple[str, Any] | None:
         if "norm" in lowered or child is None:
             continue
         mixes = "attention" in kind or any(mark in kind for mark in _LINEAR_MIXER_MARKS)
-        if "attn" in lowered or "attention" in lowered or (name == "mixer" and mixes):
+        if "attn" in lowered or "attention" in lowered or mixes:
             return name, child
     return None
-
-
-def attention_layout(layers: list[tuple[int, Any]]) -> tuple[str, list[str]]:
-    """The report's attention kind over the built layers ("hybrid" when they differ) and one line per layer."""
-    kinds, lines = [], []
-    for index, layer in layers:
-        found = sequence_mixer(layer)
-        kind = resolve_attention_kind(found[1] if found else None)
-        kinds.append(kind)
-        lines.append(f"layer {index}: {kind} at {found[0]} ({type(found[1]).__name__})" if found
-                     else f"layer {index}: no attention or other sequence mixer")
-    distinct = sorted(set(kinds) - {"none"})
-    if not distinct:
-        return "none", lines
-    return (distinct[0] if len(distinct) == 1 else "hybrid"), lines
 
 
 def check_layer_sharding(sharding: Any, layer: Any, *, index: int, moe_attr: str | None) -> list[CompatIssue]:
@@ -80,8 +77,65 @@ def check_layer_sharding(sharding: Any, layer: Any, *, index: int, moe_attr: str
     try:
         sharding._assert_all_states_sharded(layer, path=f"layers.{index}", skip=skip)
     except ValueError as exc:
-        return [_issue("module_without_sharding_config", f"layer {index}: {exc}")]
+        hint = unsharded_hint(layer, str(exc), index=index)
+        return [_issue("module_without_sharding_config", f"layer {index}: {exc}{hint}")]
     return check_uncovered_state(layer, index=index, skip=skip)
+
+
+def unsharded_hint(layer: Any, message: str, *, index: int) -> str:
+    """What each module the backstop names is, and for a linear-attention mixer the config that is safe, and why.
+
+    The target's own advice ("shard it, or use _replicate_config") read literally would column-shard a linear
+    mixer's q/k/v like softmax attention's, in front of a convolution over their channels together.
+    """
+    from phases.add_moe_model.work.build_check import parse_unsharded
+
+    named = [p.removeprefix(f"layers.{index}.") for p in parse_unsharded(message)]
+    parts = [f"{name}: {module_text(layer.get_submodule(name))}" for name in named if _has_submodule(layer, name)]
+    said = f" What they are: {'; '.join(parts)}." if parts else ""
+    found = sequence_mixer(layer)
+    if found is None or resolve_attention_kind(found[1]) != "linear":
+        return said
+    return said + linear_mixer_advice(*found)
+
+
+def linear_mixer_advice(attr: str, mixer: Any) -> str:
+    """The safe config of a linear-attention mixer (replicated whole), with the measured reason."""
+    conv = short_conv(mixer)
+    qkv = [n for n in ("q_proj", "k_proj", "v_proj") if getattr(mixer, n, None) is not None]
+    configured = [n for n in qkv if getattr(getattr(mixer, n), "_sharding_config", None) is not None]
+    fused = sum(getattr(getattr(mixer, n), "out_features", 0) for n in qkv)
+    reason = ""
+    if conv is not None and qkv and getattr(conv[1], "in_channels", None) == fused:
+        reason = (f" Its {conv[0]} convolves the {fused} channels of {'/'.join(qkv)} together (its in_channels is "
+                  "their outputs' sum), so a column shard of each projection hands a rank channels that are not the "
+                  f"block a dim-0 shard of {conv[0]} holds.")
+    took = (f" The target's _set_layer_sharding_configs configured {', '.join(configured)} by name as softmax "
+            "attention's (column-sharded by head): do not keep that for this mixer." if configured else "")
+    return (f" {attr} ({type(mixer).__name__}) is linear attention (a recurrence over the sequence), not softmax "
+            f"attention.{reason}{took} Safe config: the whole mixer replicated (_replicate_config on each of its "
+            "modules, its input gathered to Replicate at its boundary, its output returned to the sequence-parallel "
+            "layout): correct under TP at the cost of computing it on every rank.")
+
+
+def module_text(module: Any) -> str:
+    """"Linear 2560->32", "Conv1d 12288 channels, kernel 4, groups 12288", or the class and its own shapes."""
+    name = type(module).__name__
+    if hasattr(module, "in_features") and hasattr(module, "out_features"):
+        return f"{name} {module.in_features}->{module.out_features}"
+    if hasattr(module, "in_channels") and hasattr(module, "kernel_size"):
+        return f"{name} {module.in_channels} channels, kernel {module.kernel_size[0]}, groups {module.groups}"
+    own = [f"{n} {tuple(t.shape)}" for n, t in [*module.named_parameters(recurse=False),
+                                               *module.named_buffers(recurse=False)]]
+    return f"{name} ({', '.join(own)})" if own else name
+
+
+def _has_submodule(layer: Any, name: str) -> bool:
+    try:
+        layer.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
 
 
 def check_uncovered_state(layer: Any, *, index: int, skip: tuple[Any, ...]) -> list[CompatIssue]:

@@ -1,11 +1,14 @@
 """Phase 2 worker: build and validate the synthetic ``_MODEL_CONFIGS`` entry.
 
 The entry follows the skill's rules (real hidden/intermediate/moe sizes, 8 experts, top-2
-under the keys the config class reads, minimum layers with MoE forced onto layer 0, heads
-that divide, small MLA/DSA dims, vocab 256, 64 positions, sdpa, no cache). It is then
-proved, not trusted: ``check_synthetic_config`` re-checks every rule against the entry and
-the instantiated config, and the model is built on meta to see that transformers accepts
-it (e.g. sdpa) and that layer 0 really is an MoE layer.
+under the keys the config class reads, heads that divide, small MLA/DSA dims, vocab 256, 64
+positions, sdpa, no cache) with one exception the issue's first point makes: it holds one layer
+of every kind of the real model's decoder layers (work/layer_plan.py), so a model with dense
+layers ahead of its MoE layers keeps one of them ahead (first_k_dense_replace 1, not 0), and the
+entry's layer note says why it has more than one layer. It is then proved, not trusted:
+``check_synthetic_config`` re-checks every rule against the entry and the instantiated config,
+the plan was built on meta and each of its layers described, and the entry is built on meta to
+see that transformers accepts it (e.g. sdpa) and that it has an MoE layer.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from phases.add_moe_model.compat import LayerKind, PlannedLayer
 from phases.add_moe_model.model_source import ModelSource
 from phases.add_moe_model.work.config_fields import (
     EXPERT_COUNT_KEYS, TOP_K_KEYS, config_init_keys, expert_count, init_key, read_field, resolve_config_key,
 )
 from phases.add_moe_model.work.hf_config import build_hf_config
-from phases.add_moe_model.work.scaled_config import DSA_DIMS, MLA_DIMS, ScalePlan, build_scaled_kwargs
+from phases.add_moe_model.work.layer_plan import LAYER_PLAN, LayerPlan, plan_layers
+from phases.add_moe_model.work.scaled_config import DSA_DIMS, MLA_DIMS
 from orchestrator.progress import report
 
 FIXED = {"vocab_size": 256, "max_position_embeddings": 64, "attn_implementation": "sdpa", "use_cache": False}
@@ -28,7 +33,9 @@ FIXED = {"vocab_size": 256, "max_position_embeddings": 64, "attn_implementation"
 class SyntheticRequest(BaseModel):
     source: ModelSource
     probe_min_layers: int | None = None
-    """Phase 1's min_layers_needed for the real config (recorded, not reused: the entry forces MoE onto layer 0)."""
+    """Phase 1's min_layers_needed for the real config (recorded, not reused: the entry holds one layer per kind)."""
+    layer_kinds: list[LayerKind] = []
+    """The probe's description of the real model's layers; empty: described here from a meta build of it."""
 
 
 class SyntheticResponse(BaseModel):
@@ -37,38 +44,57 @@ class SyntheticResponse(BaseModel):
     """Rule violations found by check_synthetic_config; empty when the entry is valid."""
     moe_layers_built: list[int]
     probe_min_layers: int | None
+    layers: list[PlannedLayer] = []
+    """Which kind of the real model each layer of the entry holds."""
+    layer_note: str = ""
+    """Why the entry has the layers it has (one per kind; more, and why; the kinds it lacks)."""
 
 
 def build_synthetic(request: dict) -> dict:
     """Worker entry: SyntheticRequest dict in, SyntheticResponse dict out."""
     req = SyntheticRequest.model_validate(request)
     real = build_hf_config(req.source)
-    entry, no_sdpa = fit_attention(build_synthetic_entry(real))
+    kinds = req.layer_kinds or describe_real(real)
+    plan = plan_layers(real, kinds, tiny=False)
+    entry, no_sdpa = fit_attention(plan.kwargs)
     report("validating the synthetic config", model_type=entry["model_type"])
+    mlp = {kind.name: kind.mlp for kind in kinds}
+    dense = sum(1 for p in plan.layers if not mlp.get(p.kind, "moe").startswith("moe"))
     problems = [no_sdpa if no_sdpa and p.startswith("attn_implementation=") else p
-                for p in check_synthetic_config(entry, real)]
+                for p in check_synthetic_config(entry, real, dense=dense)]
     moe_layers, build_problems = probe_entry_build(entry)
+    if moe_layers and len(plan.layers) - len(moe_layers) != dense:
+        build_problems.append(f"the entry builds {len(plan.layers) - len(moe_layers)} layer(s) without MoE, the "
+                              f"rule says {dense} (one per dense layer kind of the real model)")
     return SyntheticResponse(
-        entry=entry, checks=problems + build_problems, moe_layers_built=moe_layers,
-        probe_min_layers=req.probe_min_layers,
+        entry=entry, checks=problems + build_problems + missing_kinds(plan), moe_layers_built=moe_layers,
+        probe_min_layers=req.probe_min_layers, layers=plan.layers, layer_note=plan.note,
     ).model_dump(mode="json")
 
 
 def build_synthetic_entry(real: Any) -> dict[str, Any]:
-    """The skill's entry for ``real``: one layer unless the forced config still starts dense."""
-    from transformers import AutoConfig
+    """The skill's entry for ``real``: one layer of each kind of its layers (described from a meta build)."""
+    return plan_layers(real, describe_real(real), tiny=False).kwargs
 
-    from phases.add_moe_model.work.layers import predict_moe_layers
 
-    entry = build_scaled_kwargs(real, ScalePlan(num_layers=1))
-    # NOTE: the 8-layer copy is built by the same builder, so per-layer type lists match its length.
-    eight = build_scaled_kwargs(real, ScalePlan(num_layers=8))
-    layers = predict_moe_layers(AutoConfig.for_model(**eight))
-    if not layers or layers[0] == 0:
-        layers = built_moe_layers(eight) or layers  # the evidence wins over a mechanism layers.py lacks
-    if layers and layers[0] > 0:
-        entry = build_scaled_kwargs(real, ScalePlan(num_layers=layers[0] + 1))
-    return entry
+def describe_real(real: Any) -> list[LayerKind]:
+    """The real model's layer kinds, from its whole depth built on meta."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from phases.add_moe_model.work.layer_kinds import describe_layers
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(real)
+    return describe_layers(list(model.model.layers), real)
+
+
+def missing_kinds(plan: LayerPlan) -> list[str]:
+    """A kind the entry does not hold is a broken rule, the plan's note says which."""
+    if not plan.missing:
+        return []
+    return [f"layer kinds: the entry holds no layer of {', '.join(repr(k) for k in plan.missing)}: {plan.note}; "
+            f"the plan is this workflow's ({LAYER_PLAN})"]
 
 
 def fit_attention(entry: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -81,8 +107,8 @@ def fit_attention(entry: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
     try:
         model_class = AutoModelForCausalLM._model_mapping[type(AutoConfig.for_model(**entry))]
-    except (KeyError, ValueError, TypeError):
-        return entry, ""  # the meta build says what is wrong with the entry itself
+    except Exception:  # noqa: BLE001 - check_synthetic_config says what the config class refuses in the entry
+        return entry, ""
     if getattr(model_class, "_supports_sdpa", True):
         return entry, ""
     return {**entry, "attn_implementation": "eager"}, (
@@ -91,19 +117,20 @@ def fit_attention(entry: dict[str, Any]) -> tuple[dict[str, Any], str]:
         "run: a person waives this rule to measure with eager, or aborts")
 
 
-def check_synthetic_config(entry: dict[str, Any], real: Any) -> list[str]:
-    """Return every rule of skill Phase 2 that ``entry`` breaks (empty list: valid)."""
+def check_synthetic_config(entry: dict[str, Any], real: Any, *, dense: int = 0) -> list[str]:
+    """Return every rule of skill Phase 2 that ``entry`` breaks (empty list: valid); ``dense``: the entry's
+    layers that hold a dense layer kind of the real model (the one exception to "every layer MoE")."""
     from transformers import AutoConfig
 
     problems = [f"{k}={entry.get(k)!r}, rule says {v!r}" for k, v in FIXED.items() if entry.get(k) != v]
     problems += _check_real_sizes(entry, real)
     try:
         built = AutoConfig.for_model(**entry)
-    except (ValueError, TypeError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the config class's own validation (e.g. huggingface_hub's strict dataclasses)
         return [*problems, f"AutoConfig.for_model rejects the entry: {exc}"]
     problems += _check_routing(entry, built)
     problems += _check_attention(entry, built, real)
-    problems += _check_layer_forcing(entry, built, real)
+    problems += _check_layer_forcing(built, real, dense=dense)
     return problems
 
 
@@ -150,25 +177,19 @@ def _check_attention(entry: dict[str, Any], built: Any, real: Any) -> list[str]:
     return out
 
 
-def _check_layer_forcing(entry: dict[str, Any], built: Any, real: Any) -> list[str]:
+def _check_layer_forcing(built: Any, real: Any, *, dense: int) -> list[str]:
     out = []
-    if read_field(real, "first_k_dense_replace") not in (None, 0) and read_field(built, "first_k_dense_replace") != 0:
-        out.append("first_k_dense_replace must be 0 so layer 0 is MoE")
+    kept = f" (0, plus the {dense} layer(s) of dense kinds the entry holds ahead of its MoE layers)" if dense else ""
+    first_k = read_field(built, "first_k_dense_replace")
+    if read_field(real, "first_k_dense_replace") not in (None, 0) and first_k not in (0, dense):
+        out.append(f"first_k_dense_replace={first_k!r}, the rule says {dense}{kept}")
     if read_field(real, "decoder_sparse_step") is not None and read_field(built, "decoder_sparse_step") != 1:
         out.append("decoder_sparse_step must be 1")
-    types = read_field(built, "mlp_layer_types")
-    if read_field(real, "mlp_layer_types") is not None and (not types or any(t != "sparse" for t in types)):
-        out.append(f"mlp_layer_types={types!r}, rule says ['sparse']")
     return out
 
 
-def built_moe_layers(kwargs: dict[str, Any]) -> list[int]:
-    """Indices of the MoE layers of ``kwargs``'s model built on meta (empty when it does not build)."""
-    return probe_entry_build(kwargs)[0]
-
-
 def probe_entry_build(entry: dict[str, Any]) -> tuple[list[int], list[str]]:
-    """Build the entry's model on meta: transformers must accept it and layer N-1 must be MoE."""
+    """Build the entry's model on meta: transformers must accept it and it must have an MoE layer."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -177,12 +198,9 @@ def probe_entry_build(entry: dict[str, Any]) -> tuple[list[int], list[str]]:
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**entry))
-    except (ValueError, TypeError, RuntimeError) as exc:
-        return [], [f"transformers cannot build the entry on meta: {str(exc).splitlines()[0]}"]
+    except Exception as exc:  # noqa: BLE001 - transformers' refusal of the entry is a broken rule, said in full
+        return [], [f"transformers cannot build the entry on meta: {' '.join(str(exc).split())[:300]}"]
     moe = [i for i, layer in enumerate(model.model.layers) if probe_moe_site(layer)[0] is not None]
-    n = len(model.model.layers)
     if not moe:
-        return moe, [f"no MoE layer among the entry's {n} layers"]
-    if moe[0] + 1 != n:
-        return moe, [f"the entry builds {n} layers but the first MoE layer is {moe[0]}: minimum is {moe[0] + 1}"]
+        return moe, [f"no MoE layer among the entry's {len(model.model.layers)} layers"]
     return moe, []
