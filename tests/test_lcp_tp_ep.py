@@ -162,6 +162,12 @@ def test_the_stack_is_checked_only_when_the_candidate_fails_and_then_rules() -> 
     verdict = check_tp_ep(ctx, plan, candidate())
     assert verdict.blocking == ("rank_0",) and verdict.stack_items == {"rank_0": "PASS"}
     assert ctx.asked[1] == ("/stack", ("router",))
+    growth = ParallelBuildCheck(status="FAIL", world_size=8, tp=8, ep=8, items={"rank_0": "PASS",
+                                "zero_token_graphs": "FAIL"}, failures={"zero_token_graphs": "swiglu +1"})
+    ctx = StubContext({"/cand": growth})
+    verdict = check_tp_ep(ctx, plan, candidate())
+    assert verdict.blocking == () and len(ctx.asked) == 1, "a never-blocking item alone needs no stack check"
+    assert verdict.findings == ("zero_token_graphs: swiglu +1 (within the graph budget: recorded, not a rejection)",)
     hf = check_tp_ep(StubContext({}), Plan.model_construct(kind="hf", harness="x"), candidate())
     assert hf.check.status == "UNRUN" and "embedded layer" in hf.check.reason and hf.blocking == ()
 
