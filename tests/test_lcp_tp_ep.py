@@ -172,12 +172,13 @@ def test_the_stack_is_checked_only_when_the_candidate_fails_and_then_rules() -> 
     assert hf.check.status == "UNRUN" and "embedded layer" in hf.check.reason and hf.blocking == ()
 
 
-def test_the_seven_rewrite_stack_builds_at_world_8(tmp_path) -> None:
-    """The stack the H200 runs submitted as one candidate, rejected at world 8 on 2026-12-04
-    (bench/results/2026-12-04-h200-lcp): its regions now do the TP of the weights they are handed."""
-    from bench.tp_ep_stack import STACK, check_stack
+def test_the_device_stack_builds_at_world_8(tmp_path) -> None:
+    """The seven rewrites the H200 runs submitted as one candidate, rejected at world 8 on 2026-12-04
+    (bench/results/2026-12-04-h200-lcp): their regions now do the TP of the weights they are handed. With them,
+    the router's top-k as argmax rounds (router-topk), as bench/h200_lcp.sh submits them."""
+    from bench.tp_ep_stack import DEVICE_STACK, check_stack
 
-    check, blocking = check_stack(STACK, backend="aot_eager", state_dir=tmp_path)
+    check, blocking = check_stack(DEVICE_STACK, backend="aot_eager", state_dir=tmp_path)
     assert blocking == () and check["items"]["rank_0"] == check["items"]["rank_7"] == "PASS", check["failures"]
     assert check["items"]["graph_budget"] == "PASS" and check["zero_token_growth"]["swiglu"] == 1, check
 
