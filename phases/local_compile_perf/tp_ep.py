@@ -13,7 +13,8 @@ one split by the degree, a crash on a rank, or graphs over the headroom target, 
 passes the same item (the stack is checked only after the candidate failed one). These are recorded and
 shown without a rejection: the zero-token rank's recompile within the budget (one more graph and cold
 compile the first time a rank gets no token; the stack is not checked for it, since it never blocks), a
-failure the stack has too (the stack's finding), and a check that could not run (UNRUN, with the reason). A job on real ranks is not submitted here.
+failure the stack has too (the stack's finding), and a check that could not run (UNRUN, with the reason).
+A job on real ranks is not submitted here.
 """
 
 from __future__ import annotations
