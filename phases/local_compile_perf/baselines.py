@@ -19,12 +19,12 @@ from phases.kit.attention import GemmRateRequest
 from phases.kit.timing import is_cuda
 from phases.kit.workers import GEMM_RATE
 from phases.local_compile_perf import attention_floor, per_step
-from phases.local_compile_perf.confirmed import build_cells, log_cells, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, log_cells, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.work.traps import TrapRequest
-from phases.local_compile_perf.workers import CONFIRM, TRAPS
+from phases.local_compile_perf.workers import TRAPS
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -39,7 +39,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
             data={"traps": traps},
             issues=tuple(Issue(code=f"trap_{f['trap']}", message=f["message"], fix_location=plan.harness)
                          for f in failed))
-    answer = ctx.call(CONFIRM, confirm_request(ctx, plan), label="baselines").model_dump(mode="json")
+    answer = call_confirm(ctx, confirm_request(ctx, plan), label="baselines").model_dump(mode="json")
     rows = build_cells(answer, runs=plan.sizes.runs) + not_applicable_rows(plan)
     record_cells(ctx, rows, purpose="baseline")
     broken = [r for r in rows if r.status == "failed"]

@@ -15,7 +15,7 @@ from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workers import CONFIRM
+from phases.local_compile_perf.confirmed import call_confirm
 
 COLD = {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
 
@@ -28,7 +28,7 @@ def measure_cold_compile(ctx: PhaseContext, plan: Plan, checkout: str, regions: 
                      for name, tree in trees)
     timing = plan.timing.model_copy(update={"warmup": 1, "iters": 2, "profile_steps": 1})
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=1, timing=timing)
-    answer = ctx.call(CONFIRM, request, label="cold compile").model_dump(mode="json")
+    answer = call_confirm(ctx, request, label="cold compile").model_dump(mode="json")
     rows = [cold_row(block, tokens) for block in answer["variants"]]
     for row in rows:
         log(ctx, describe_cold(row, tokens), kind="measurement")

@@ -19,6 +19,8 @@ from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf import per_step
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Cell
+from phases.local_compile_perf.work.measure_trees import ConfirmRequest, ConfirmResponse
+from phases.local_compile_perf.workers import CONFIRM
 
 GLUE_EXCLUDED = ("gemm", "attention")
 
@@ -36,6 +38,23 @@ METRICS = (
     Metric(name="kernel_ms", unit="ms", label="profiler kernel time per step"),
     Metric(name="glue_ms", unit="ms", label="profiler glue time per step (not gemm, not attention)"),
 )
+
+
+def call_confirm(ctx: PhaseContext, request: ConfirmRequest, *, label: str) -> ConfirmResponse:
+    """The CONFIRM worker's answer to ``request``, journaled in the run's scratch dir per phase and label.
+
+    A phase cut midway (a device call's limit) and rerun reads back the fresh processes that finished on
+    this machine instead of measuring them again; the devlog says which, and the rows keep every run.
+    """
+    slug = "".join(c if c.isalnum() else "-" for c in label)
+    journal = ctx.scratch_dir / "journal" / f"{ctx.phase}-{slug}.jsonl"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    answer = ctx.call(CONFIRM, request.model_copy(update={"journal": str(journal)}), label=label)
+    if answer.carried:
+        total = len(request.variants) * request.runs
+        log(ctx, f"{label}: {len(answer.carried)} of {total} fresh processes read back from the attempt that was cut, "
+                 f"measured on this machine ({answer.machine}): {', '.join(answer.carried)}", kind="measurement")
+    return answer
 
 
 def glue_ms(result: dict[str, Any]) -> float:

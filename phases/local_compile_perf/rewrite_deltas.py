@@ -20,14 +20,13 @@ from typing import Any
 import git
 
 from orchestrator.phase_api import PhaseContext
-from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, measured, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.results import RewriteDeltas
 from phases.local_compile_perf.region_offer import declared_at
 from phases.local_compile_perf.stack import add_detached_worktree, remove_worktree
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workers import CONFIRM
 from phases.local_compile_perf.workspace import replay
 
 BASE = "before"
@@ -86,7 +85,7 @@ def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any])
                          for name, path, _subject in made)
         request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=1,
                                  timing=plan.timing)
-        rows = build_cells(ctx.call(CONFIRM, request, label="rewrite deltas").model_dump(mode="json"), runs=1)
+        rows = build_cells(call_confirm(ctx, request, label="rewrite deltas").model_dump(mode="json"), runs=1)
     finally:
         for _name, path, _subject in made:
             remove_worktree(ctx.target, path)

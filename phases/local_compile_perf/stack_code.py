@@ -24,7 +24,7 @@ from phases.kit.ideal import ideal_ms
 from phases.local_compile_perf.ac_retime import measure_under_ac
 from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.cold_compile import measure_cold_compile
-from phases.local_compile_perf.confirmed import build_cells, log_cells, measured, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, log_cells, measured, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Cell, Plan
 from phases.local_compile_perf.results import StackCode, StackCodePart
@@ -32,7 +32,7 @@ from phases.local_compile_perf.stack import add_detached_worktree, recipe_region
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workers import CONFIRM, GLUE
+from phases.local_compile_perf.workers import GLUE
 
 REACHED_RATIO = 1.5
 """An op within this factor of its ideal time counts as reached."""
@@ -89,7 +89,7 @@ def measure_cells(ctx: PhaseContext, plan: Plan, stack: str) -> list[dict[str, A
                      for name, where, tree in TREES)
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
                              timing=plan.timing)
-    rows = build_cells(ctx.call(CONFIRM, request, label="stack code").model_dump(mode="json"), runs=plan.sizes.runs)
+    rows = build_cells(call_confirm(ctx, request, label="stack code").model_dump(mode="json"), runs=plan.sizes.runs)
     record_cells(ctx, rows, purpose="stack code")
     log_cells(ctx, rows, prefix="stack code: ")
     return [r.slim().model_dump(mode="json") for r in rows]
