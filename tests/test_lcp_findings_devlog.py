@@ -6,6 +6,8 @@ and collects the devlog notes: one entry per cell, glue op, region's cold compil
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,9 +24,10 @@ class StubContext:
 
     def __init__(self, answers: dict[str, dict[str, Any]]) -> None:
         self.answers, self.target, self.notes = answers, "/main", []
+        self.scratch_dir, self.phase = Path(tempfile.mkdtemp(prefix="lcp-findings-devlog-")), "findings"
 
     def call(self, *_worker_and_request: Any, label: str) -> Any:
-        return SimpleNamespace(model_dump=lambda mode: self.answers[label])
+        return SimpleNamespace(model_dump=lambda mode: self.answers[label], carried=())
 
     def record_measurement(self, **_kwargs: Any) -> None:
         pass

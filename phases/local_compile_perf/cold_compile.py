@@ -3,7 +3,8 @@
 Each region the stack enables, and per-layer compile beside it, is compiled in its own fresh process with
 ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`` (no FX graph, autotune or kernel cache from an earlier process), at
 the smallest per-layer token count. Its cold compile is the first call (compile + one fwd+bwd) less a timed
-step: what a user pays on the first step of a fresh job.
+step: what a user pays on the first step of a fresh job. These runs time their steps only (no kernel profile,
+no CUDA-graph replay: neither enters the number).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def measure_cold_compile(ctx: PhaseContext, plan: Plan, checkout: str, regions: 
     """{tokens, env, rows: [{name, tree, status, compile_s, first_call_ms, step_ms, reason}]} for ``checkout``."""
     tokens = min(plan.sizes.per_layer_tokens)
     trees = [(f"cold {r}", f"regions:{r}") for r in regions] + [("cold per_layer", "per_layer")]
-    variants = tuple(Variant(name=name, checkout=checkout, tree=tree, tokens=(tokens,), env=COLD)
+    variants = tuple(Variant(name=name, checkout=checkout, tree=tree, tokens=(tokens,), env=COLD, lean=True)
                      for name, tree in trees)
     timing = plan.timing.model_copy(update={"warmup": 1, "iters": 2, "profile_steps": 1})
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=1, timing=timing)

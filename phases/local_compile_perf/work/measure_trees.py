@@ -44,6 +44,8 @@ class TreeRequest(HarnessRequest):
     tokens: tuple[int, ...]
     timing: TimingKnobs
     ac_mode: str | None = None
+    lean: bool = False
+    """Time the steps only: no profile, no CUDA-graph replay (Variant.lean)."""
 
 
 class Variant(BaseModel):
@@ -59,6 +61,9 @@ class Variant(BaseModel):
     """Activation checkpointing (none, full, selective); None = the harness's recipe mode."""
     env: dict[str, str] = {}
     """Set in this variant's fresh processes only (e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for a cold compile)."""
+    lean: bool = False
+    """Time the first call and the steps only, no kernel profile and no CUDA-graph replay: a cold-compile run,
+    which reads its compile from the first call, needs neither (each cost seconds a process)."""
 
 
 class ConfirmRequest(HarnessRequest):
@@ -110,7 +115,7 @@ def measure_tokens(req: TreeRequest) -> dict[str, Any]:
         report(f"measuring {req.tree} at {tokens} tokens")
         result = measure_tree(MeasureRequest(
             harness=req.harness, tree=req.tree, tokens=tokens, device=req.device, timing=req.timing,
-            seed=req.seed, cuda_graph=True, ac_mode=req.ac_mode,
+            seed=req.seed, cuda_graph=not req.lean, profile=not req.lean, ac_mode=req.ac_mode,
             target=os.getcwd(), command=" ".join([sys.executable, "-m", __name__, *sys.argv[1:]])))
         results[str(tokens)] = result.model_dump(mode="json")
     return results
@@ -140,7 +145,7 @@ def confirm_variants_worker(request: dict) -> dict:
             path = Path(tmp, f"{name}.json")
             path.write_text(TreeRequest(harness=req.harness, tree=variant.tree, tokens=variant.tokens,
                                         device=req.device, timing=req.timing, seed=req.seed,
-                                        ac_mode=variant.ac_mode).model_dump_json())
+                                        ac_mode=variant.ac_mode, lean=variant.lean).model_dump_json())
             commands[name] = build_command(path)
         eta = Eta(len(orders) * len(by_name) - len(done))
         for index, order in enumerate(orders):
