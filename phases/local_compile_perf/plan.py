@@ -72,7 +72,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
     plan = Plan(harness=opts["harness"], kind=opts["target_kind"], device=probe["device"],
                 device_name=probe["device_name"], torch=probe["torch"], spec=HarnessSpec(**probe["spec"]), sizes=sizes,
                 budget=opts["budget"], budget_s=resolve_budget_s(opts["budget"]), stop_threshold=STOP_THRESHOLD,
-                correctness_tokens=opts["correctness_tokens"] or min(sizes.tokens), inventory=inventory,
+                correctness_tokens=opts["correctness_tokens"] or min(sizes.tokens),
+                delta_tokens=tuple(opts.get("delta_tokens") or ()), inventory=inventory,
                 started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     ctx.write_artifact("plan.md", ctx.render("plan.md.j2", plan=plan))
     log(ctx, f"plan: budget {opts['budget']}; stop when the remaining gap to ideal or the next candidate's gain "

@@ -46,6 +46,8 @@ class Plan(Record):
     stop_threshold: float
     """Stop when the remaining gap or the next gain is under this share of the layer."""
     correctness_tokens: int
+    delta_tokens: tuple[int, ...] = ()
+    """Token counts of the findings' per-rewrite deltas; () = every per-layer count (runs before the option)."""
     inventory: dict[str, Any]
     """Region API, region declarations, override kernels, fp32 precision (plan.probe_inventory)."""
     started_at: str

@@ -7,7 +7,8 @@ entry's parent: the parent itself, then the parent plus the first k commits. Eac
 with the regions the stack enabled before the entry plus those of the entry's named regions
 that its commits so far declare (a named region no commit declares: from the first commit).
 
-Each prefix gets one fresh process at the per-layer token counts. The skill labels such
+Each prefix gets one fresh process at the per-layer token counts (or the run's ``--delta-tokens``, a subset of
+them: each prefix compiles its own code cold, so a count costs seconds a prefix). The skill labels such
 single-run per-branch deltas indicative; the entry's 3-process confirmation stays the cited
 number. Measured once per entry (record ``rewrite_deltas``).
 """
@@ -79,7 +80,7 @@ def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any])
     root = ctx.scratch_dir / "worktrees" / f"deltas-{entry['commit'][:10]}"
     made = prefix_checkouts(ctx.target, entry, root)
     try:
-        tokens = plan.sizes.per_layer_tokens
+        tokens = plan.delta_tokens or plan.sizes.per_layer_tokens
         variants = tuple(Variant(name=name, checkout=str(path), tokens=tokens,
                                  tree="regions:" + ",".join(prefix_regions(path, entry, base=name == BASE)))
                          for name, path, _subject in made)
