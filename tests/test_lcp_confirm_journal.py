@@ -66,7 +66,7 @@ def test_another_request_or_another_machine_reads_nothing_back(tmp_path, measure
     journal = str(tmp_path / "confirm.jsonl")
     measure_trees.confirm_variants_worker(request(journal, runs=1))
     assert measure_trees.confirm_variants_worker(request(journal, runs=2))["carried"] == [], "another request"
-    monkeypatch.setattr(measure_trees, "machine_id", lambda: "boot other, gpu none")
+    monkeypatch.setattr("phases.kit.confirm.machine_id", lambda: "boot other, gpu none")
     assert measure_trees.confirm_variants_worker(request(journal, runs=1))["carried"] == [], "another machine"
     with open(journal, "a") as f:
         f.write('{"key": "torn')
@@ -80,7 +80,7 @@ class StubContext:
     """What call_confirm asks of a phase context: a scratch dir, the phase, one CONFIRM call and notes."""
 
     def __init__(self, tmp_path, answer: dict) -> None:
-        self.scratch_dir, self.phase, self.answer = tmp_path, "findings", answer
+        self.scratch_dir, self.phase, self.answer, self.interrupted = tmp_path, "findings", answer, True
         self.requests, self.notes = [], []
 
     def call(self, worker, req, *, label: str = ""):  # noqa: ANN001, ANN201 - PhaseContext.call's
@@ -101,3 +101,16 @@ def test_the_phase_journals_per_phase_and_label_and_the_devlog_names_what_was_re
     assert ctx.requests[0].journal == str(tmp_path / "journal" / "findings-stack-under-selective-AC.jsonl")
     assert ctx.notes == [("measurement", "stack under selective AC: 1 of 6 fresh processes read back from the "
                                          "attempt that was cut, measured on this machine (boot x, gpu y): a#0")]
+
+
+def test_an_attempt_that_was_not_cut_starts_a_fresh_journal(tmp_path) -> None:
+    from phases.local_compile_perf.confirmed import call_confirm
+
+    answer = {"variants": [], "orders": [], "gpu_poll": "nvidia-smi"}
+    ctx = StubContext(tmp_path, answer)
+    journal = tmp_path / "journal" / "findings-cold-compile.jsonl"
+    journal.parent.mkdir()
+    journal.write_text('{"key": "an earlier submission"}\n')
+    ctx.interrupted = False
+    call_confirm(ctx, ConfirmRequest.model_validate(request("")), label="cold compile")
+    assert not journal.exists() and ctx.notes == []

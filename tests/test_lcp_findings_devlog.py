@@ -25,6 +25,7 @@ class StubContext:
     def __init__(self, answers: dict[str, dict[str, Any]]) -> None:
         self.answers, self.target, self.notes = answers, "/main", []
         self.scratch_dir, self.phase = Path(tempfile.mkdtemp(prefix="lcp-findings-devlog-")), "findings"
+        self.interrupted = False
 
     def call(self, *_worker_and_request: Any, label: str) -> Any:
         return SimpleNamespace(model_dump=lambda mode: self.answers[label], carried=())

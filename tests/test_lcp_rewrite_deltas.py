@@ -47,7 +47,7 @@ class Ctx:
     """The slice of PhaseContext the measurement uses; workers run as phases run them."""
 
     def __init__(self, target: Path, scratch: Path) -> None:
-        self.target, self.scratch_dir, self.phase = target, scratch, "findings"
+        self.target, self.scratch_dir, self.phase, self.interrupted = target, scratch, "findings", False
         self.state: dict[str, Any] = {"records": {}}
         self.measurements: list[Any] = []
         self.notes: list[tuple[str, str]] = []

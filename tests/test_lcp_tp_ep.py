@@ -6,6 +6,8 @@ same Dynamo graphs and guards as Inductor, without its code generation: about 10
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,6 +135,8 @@ class StubContext:
 
     def __init__(self, answers: dict[str, ParallelBuildCheck]) -> None:
         self.answers, self.asked = answers, []
+        self.scratch_dir, self.phase = Path(tempfile.mkdtemp(prefix="lcp-tp-ep-")), "graph_budget"
+        self.interrupted = False
 
     def call(self, worker: Any, request: Any, *, label: str = "") -> Any:
         self.asked.append((request.checkout, tuple(request.request["regions"])))

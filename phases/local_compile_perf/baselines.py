@@ -25,11 +25,12 @@ from phases.local_compile_perf.records import Baselines, Cell, Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.work.traps import TrapRequest
 from phases.local_compile_perf.workers import TRAPS
+from phases.local_compile_perf.resume import call_kept
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
-    traps = ctx.call(TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device),
+    traps = call_kept(ctx, TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device),
                      label="traps").model_dump(mode="json")
     failed = [f for f in traps["findings"] if f["status"] != "pass"]
     log(ctx, "trap checks: " + "; ".join(f"{f['trap']} {f['status']}" for f in traps["findings"]), kind="measurement")
@@ -68,7 +69,7 @@ def check_attention(ctx: PhaseContext, plan: Plan, rows: list[Cell]) -> tuple[di
         log(ctx, "attention vs FLOP floor: no scaled_dot_product_attention call in the eager step (eager "
                  "matmuls or another kernel): no floor", kind="measurement")
         return None, []
-    rate = ctx.call(GEMM_RATE, GemmRateRequest(device=plan.device), label="gemm rate").model_dump(mode="json")
+    rate = call_kept(ctx, GEMM_RATE, GemmRateRequest(device=plan.device), label="gemm rate").model_dump(mode="json")
     ctx.record_measurement(name="gemm_rate_tflops", unit="TFLOP/s", samples=[rate["tflops"]],
                            provenance={"command": f"{GEMM_RATE.ref} device={plan.device}",
                                        "device_name": plan.device_name, "torch": plan.torch, "seed": 0,

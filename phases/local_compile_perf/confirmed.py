@@ -44,11 +44,14 @@ def call_confirm(ctx: PhaseContext, request: ConfirmRequest, *, label: str) -> C
     """The CONFIRM worker's answer to ``request``, journaled in the run's scratch dir per phase and label.
 
     A phase cut midway (a device call's limit) and rerun reads back the fresh processes that finished on
-    this machine instead of measuring them again; the devlog says which, and the rows keep every run.
+    this machine instead of measuring them again; the devlog says which, and the rows keep every run. A
+    phase that was not cut starts a fresh journal.
     """
-    slug = "".join(c if c.isalnum() else "-" for c in label)
-    journal = ctx.scratch_dir / "journal" / f"{ctx.phase}-{slug}.jsonl"
-    journal.parent.mkdir(parents=True, exist_ok=True)
+    from phases.local_compile_perf.resume import kept_path
+
+    journal = kept_path(ctx, label, ".jsonl")
+    if not ctx.interrupted:  # NOTE: runs are read back only into the rerun of the attempt that was cut
+        journal.unlink(missing_ok=True)
     answer = ctx.call(CONFIRM, request.model_copy(update={"journal": str(journal)}), label=label)
     if answer.carried:
         total = len(request.variants) * request.runs

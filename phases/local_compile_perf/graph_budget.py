@@ -23,6 +23,7 @@ from phases.local_compile_perf.candidates import current, in_checkout, reject
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.tp_ep import brief, check_tp_ep, summary
+from phases.local_compile_perf.resume import call_kept
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -31,7 +32,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     regions = prepared.tree_regions
     request = GraphBudgetRequest(harness=plan.harness, device=plan.device, regions=tuple(regions), tokens=plan.tokens)
     try:
-        count = ctx.call(*in_checkout(prepared.candidate_checkout, GRAPH_BUDGET, request),
+        count = call_kept(ctx, *in_checkout(prepared.candidate_checkout, GRAPH_BUDGET, request),
                          label="graph budget").model_dump(mode="json")
     except WorkerFailed as exc:
         return reject(ctx, cand, f"regions {regions} do not compile over the model's shapes: "

@@ -25,6 +25,7 @@ from phases.local_compile_perf.records import Candidate, Cell, Judgement, Plan
 from phases.local_compile_perf.work.candidate_checks import ScreenRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.workers import SCREEN
+from phases.local_compile_perf.resume import call_kept
 
 
 def judge(stack: Cell, cand: Cell, metric: str = "wall_ms", *, cuda: bool) -> Judgement:
@@ -68,7 +69,7 @@ def screen(ctx: PhaseContext, plan: Plan, cand: Candidate) -> dict[str, float]:
     request = ScreenRequest(harness=plan.harness, device=plan.device, base_regions=prepared.stack_regions,
                             candidate_regions=tuple(prepared.tree_regions), tokens=middle,
                             iters=max(3, plan.timing.iters // 4))
-    answer = ctx.call(*in_checkout(prepared.candidate_checkout, SCREEN, request), label="screen")
+    answer = call_kept(ctx, *in_checkout(prepared.candidate_checkout, SCREEN, request), label="screen")
     medians = {k: statistics.median(v) for k, v in answer.samples_ms.items()}
     log(ctx, f"screen of {cand.label!r} at {middle} tokens (ranking only, 1 process, rotated): " +
              ", ".join(f"{k} {v:.3f} ms" for k, v in medians.items()), kind="measurement")

@@ -27,6 +27,7 @@ from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.records import Candidate, ParallelBuildCheck, Plan, TpEpVerdict
 from phases.local_compile_perf.work.tp_ep_check import ParallelCheckRequest
 from phases.local_compile_perf.workers import TP_EP
+from phases.local_compile_perf.resume import call_kept
 
 WORLD_SIZE, TP, EP = 8, 8, 8
 """DeepSeek-V3's target layout (the plan has no degree of its own)."""
@@ -42,7 +43,7 @@ def build_check(ctx: PhaseContext, plan: Plan, checkout: str, regions: list[str]
     request = ParallelCheckRequest(harness=plan.harness, device="cpu", regions=tuple(regions),
                                    world_size=WORLD_SIZE, tp=TP, ep=EP)
     try:
-        answer = ctx.call(*in_checkout(checkout, TP_EP, request), label=label)
+        answer = call_kept(ctx, *in_checkout(checkout, TP_EP, request), label=label)
     except WorkerFailed as exc:
         return ParallelBuildCheck(status="UNRUN", reason=f"worker failed: {exc.message.splitlines()[-1][:300]}",
                                   **base)

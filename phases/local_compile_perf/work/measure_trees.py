@@ -137,6 +137,8 @@ def confirm_variants_worker(request: dict) -> dict:
     orders = rotated_orders(list(by_name), req.runs)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in by_name}
     commands: dict[str, list[str]] = {}
+    from phases.kit.confirm import machine_id
+
     machine = machine_id()
     done = read_journal(req.journal, key=req.key(), machine=machine) if req.journal else {}
     carried = []
@@ -168,17 +170,6 @@ def confirm_variants_worker(request: dict) -> dict:
         orders=orders, gpu_poll="nvidia-smi" if poll else "not applicable: nvidia-smi not available (no GPU)",
         carried=tuple(carried), machine=machine,
     ).model_dump(mode="json")
-
-
-def machine_id() -> str:
-    """This boot of this machine and the GPU a run measures on: runs read back must share both."""
-    from phases.kit.confirm import measured_gpu_uuid
-
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = "no boot id"
-    return f"boot {boot}, gpu {measured_gpu_uuid() or 'none'}"
 
 
 def read_journal(path: str, *, key: str, machine: str) -> dict[tuple[str, int], dict[str, Any]]:
