@@ -143,8 +143,10 @@ def take(args: argparse.Namespace, run_id: str, action: tuple[str, str], *, time
 def start_run(args: argparse.Namespace) -> str:
     """A new run's id; a refused start prints the refusal and exits with its code (nothing was written)."""
     timing = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--profile-steps", str(args.profile_steps)]
+    extra = [part for option in args.start_option for part in ("--" + option.partition("=")[0],
+                                                                option.partition("=")[2])]
     rc, out = cli("start", "local-compile-perf", "--target", "embedded", "--tokens", args.tokens, *timing,
-                  *(["--per-layer-tokens", args.per_layer_tokens] if args.per_layer_tokens else []),
+                  *(["--per-layer-tokens", args.per_layer_tokens] if args.per_layer_tokens else []), *extra,
                   state_dir=args.state_dir, timeout=300)
     if rc != 0 or "run_id" not in out:
         message = (out.get("error") or {}).get("message", "no run id in its answer")
@@ -285,6 +287,8 @@ def main() -> None:
                    help="name of the combined branch (another name submits the same rewrites again)")
     p.add_argument("--finish", action="store_true",
                    help="then answer candidates=done and open_prs=no (findings runs between them), and audit")
+    p.add_argument("--start-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="another option of `orchestrator start` (e.g. rewrite-deltas=no), repeated")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--profile-steps", type=int, default=5)

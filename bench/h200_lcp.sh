@@ -19,6 +19,8 @@
 # the last call's $OUT/state_*.tgz.part-* copied there; they unpack to the same relative path). Each call leaves $OUT/state_<step>.tgz.part-* (bench/pack_state.sh;
 # here: `rm -rf .devcarry && mkdir .devcarry && cp FILES_AT/state_* .devcarry/`), $OUT/log_<step>.txt (its
 # report lists every cited median) and $OUT/env_<step>.txt (card, versions), and exits with the step's status.
+# START_OPTIONS: more `orchestrator start` options as NAME=VALUE words, e.g. "rewrite-deltas=no per-layer-stack=no"
+# (findings parts a 30-minute device session cannot hold; FINDINGS lists them as left out).
 # Missing wheels (torchtitan, pydantic, liger-kernel, ...) are read from $WHEELS (default
 # state/workspaces/lcp-device/whl; carry it).
 set -euo pipefail
@@ -49,7 +51,9 @@ regions5=mla_qk,swiglu,mlp_swiglu,moe_combine,moe_dispatch,rms_norm,add_rms_norm
 # NOTE: 3 warm-up + 8 timed + 2 profiled steps per cell: the cited medians' 3 fresh processes stay within the
 # skill's 2% (bench/results/2026-12-04-h200-lcp: worst 0.84%), in a third of the default's device time.
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout --deadline-s "${DEADLINE_S:-550}"
-       --tokens "${TOKENS:-2048,4096,16384}" --per-layer-tokens 4096,16384 --warmup 3 --iters 8 --profile-steps 2)
+       --tokens "${TOKENS:-2048,4096,16384}" --per-layer-tokens "${PER_LAYER_TOKENS:-4096,16384}" --warmup 3 --iters 8
+       --profile-steps 2)
+for option in ${START_OPTIONS:-}; do bench+=(--start-option "$option"); done
 run=(--continue)
 case "${2:-}" in local-compile-perf-*) run=(--resume "$2"); shift ;; esac
 { date -u; nvidia-smi -L 2>&1 || true

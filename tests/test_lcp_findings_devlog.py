@@ -127,3 +127,26 @@ def test_one_entry_per_rewrite_prefix_and_token_count() -> None:
         "wall 9.000 ms (-1.000) (1 fresh process: indicative)",
         "rewrite deltas of stack/1-combined: +2 (fuse swiglu) at 128 tokens: not measured (its fresh process FAILED: "
         "see the worker log)"]
+
+
+def test_the_runs_options_can_leave_per_layer_compile_of_the_stack_out_and_the_findings_say_so() -> None:
+    from orchestrator.context import render_template
+
+    names = ("upstream_main", "per_layer_main", "regions_stack")
+    ctx = StubContext({"stack code": confirm_answer(names, TOKENS, runs=3)})
+    lean = plan().model_copy(update={"per_layer_stack": False, "rewrite_deltas": False})
+    rows = [stack_code.Cell.model_validate(c) for c in stack_code.measure_cells(ctx, lean, "/stack")]
+    assert len(measurements(ctx)) == len(names) * len(TOKENS), "three trees, not four"
+    row = stack_code.compare_trees(rows, 128, names=list(names))
+    assert "per_layer_stack" not in row and row["per_layer_main"]["glue_ms"] == 2.75
+    assert row["reading"].startswith("per-layer compile of the stack's code not measured (the run's --per-layer-stack")
+    assert lean.left_out == ("per-layer compile of the stack's own code (the rewrites' share of the gain apart from "
+                             "the regions'): --per-layer-stack no",
+                             "each rewrite's own delta within a stack entry: --rewrite-deltas no")
+    spec = SimpleNamespace(name="embedded:dsv3", layer_kinds=("dense", "moe"), ac_mode="none", fp32_precision="tf32")
+    text = render_template("local_compile_perf", "findings.md.j2", s={
+        "plan": SimpleNamespace(spec=spec, device="cuda", device_name="NVIDIA H100", left_out=lean.left_out),
+        "entries": [], "per_tokens": [], "rejected": [], "limits": [], "not_tested": (), "feedback": [],
+        "linear": True, "glue_bar_pct": 30.0, "runs": 3, "bandwidth": {"tbs": 3.0, "kind": "hbm"},
+        "stack_code": None, "reached_ratio": 1.5, "rewrite_deltas": []})
+    assert "Left out by the run's options (measurable here, not measured: device time):\n- per-layer compile" in text

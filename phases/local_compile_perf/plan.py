@@ -73,7 +73,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
                 device_name=probe["device_name"], torch=probe["torch"], spec=HarnessSpec(**probe["spec"]), sizes=sizes,
                 budget=opts["budget"], budget_s=resolve_budget_s(opts["budget"]), stop_threshold=STOP_THRESHOLD,
                 correctness_tokens=opts["correctness_tokens"] or min(sizes.tokens),
-                delta_tokens=tuple(opts.get("delta_tokens") or ()), inventory=inventory,
+                delta_tokens=tuple(opts.get("delta_tokens") or ()), rewrite_deltas=opts.get("rewrite_deltas", True),
+                per_layer_stack=opts.get("per_layer_stack", True), inventory=inventory,
                 started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     ctx.write_artifact("plan.md", ctx.render("plan.md.j2", plan=plan))
     log(ctx, f"plan: budget {opts['budget']}; stop when the remaining gap to ideal or the next candidate's gain "

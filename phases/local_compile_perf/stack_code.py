@@ -75,18 +75,24 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     tokens = plan.sizes.per_layer_tokens
     record = {"commit": tip, "tokens": list(tokens), "regions": list(regions),
               "rows": [r.model_dump(mode="json") for r in rows],
-              "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
+              "per_tokens": [compare_trees(rows, t, names=[n for n, _w, _t in trees(plan)]) for t in tokens],
+              "glue_tokens": max(plan.tokens),
               "call_floor_ms": floor, "ops": ops, "cold_compile": cold,
               "under_ac": under_ac}
     ctx.add_record("stack_code", record)
     return record
 
 
+def trees(plan: Plan) -> tuple[tuple[str, str, str], ...]:
+    """TREES, less per-layer compile of the stack's code where the run's --per-layer-stack no leaves it out."""
+    return tuple(t for t in TREES if plan.per_layer_stack or t[0] != "per_layer_stack")
+
+
 def measure_cells(ctx: PhaseContext, plan: Plan, stack: str) -> list[dict[str, Any]]:
-    """TREES interleaved in fresh processes at the per-layer token counts (slim cells)."""
+    """The trees interleaved in fresh processes at the per-layer token counts (slim cells)."""
     checkouts = {"main": str(ctx.target), "stack": stack}
     variants = tuple(Variant(name=name, checkout=checkouts[where], tree=tree, tokens=plan.sizes.per_layer_tokens)
-                     for name, where, tree in TREES)
+                     for name, where, tree in trees(plan))
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
                              timing=plan.timing)
     rows = build_cells(call_confirm(ctx, request, label="stack code").model_dump(mode="json"), runs=plan.sizes.runs)
@@ -121,12 +127,17 @@ def describe_op(row: dict[str, Any], tokens: int) -> str:
             f"{row['measured_ms']:.4f} ms/step ({row['timer']} timer), {ideal}{best}")
 
 
-def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:
-    """Cited wall and glue of the three trees at ``tokens``, and what the comparison says."""
-    cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None) for name, _where, _tree in TREES}
+def compare_trees(rows: list[Cell], tokens: int, *, names: list[str] | None = None) -> dict[str, Any]:
+    """Cited wall and glue of the trees at ``tokens`` (``names``: those measured, default all), and what the
+    comparison of the stack's code under per-layer compile says."""
+    names = names or [name for name, _where, _tree in TREES]
+    cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None) for name in names}
     out: dict[str, Any] = {"tokens": tokens, **cited, "reading": "not measured (a cell FAILED: see the worker log)"}
     if None in cited.values():
         return out
+    if "per_layer_stack" not in cited:
+        return {**out, "reading": "per-layer compile of the stack's code not measured (the run's --per-layer-stack "
+                                  "no): the rewrites' share is not told apart from the regions'"}
     main, code, regions = cited["per_layer_main"], cited["per_layer_stack"], cited["regions_stack"]
     out["reading"] = (f"the rewrites move per-layer compile's glue {_change(main, code, 'glue_ms')} and its wall "
                       f"{_change(main, code, 'wall_ms')} (main -> stack code); regions vs per-layer compile of the "

@@ -55,6 +55,12 @@ class LcpOptions(BaseModel):
     delta_tokens: tuple[int, ...] = ()
     """Token counts of the findings' per-rewrite deltas (one fresh process per commit of an entry that holds
     several); each a per-layer count; default every per-layer count. Fewer counts, less device time."""
+    rewrite_deltas: bool = True
+    """Measure each rewrite's own delta where a stack entry holds several commits (``no``: left out, FINDINGS says
+    so; for a device session too short for them)."""
+    per_layer_stack: bool = True
+    """Time per-layer compile of the stack's own code beside the findings' headline trees (the rewrites' share of
+    the gain apart from the regions'; 3 fresh processes a per-layer count; ``no``: left out, FINDINGS says so)."""
     python: str | None = None
 
     @field_validator("tokens", "per_layer_tokens", "delta_tokens", mode="before")
