@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,18 +49,29 @@ NOTE: residual-norm after norm-rope-cat: before it, the norm region also sees th
 latent widths and hits the recompile limit (the H200 run rejected it so)."""
 
 
-def cli(*args: str, state_dir: Path, timeout: float) -> tuple[int, dict]:
+class Stopped(Exception):
+    """The call stopped at a phase boundary: the phase that just started cannot finish before the deadline."""
+
+
+def cli(*args: str, state_dir: Path, timeout: float, stop: Callable[[], str] | None = None) -> tuple[int, dict]:
+    """One CLI call, killed at ``timeout`` (TimeoutExpired) or when ``stop()`` says why (Stopped)."""
     command = [sys.executable, "-m", "orchestrator.cli", *args, "--json", "--state-dir", str(state_dir)]
     started = time.monotonic()
     # NOTE: its own session, so a cut at the deadline also kills the phase's workers (they hold the GPU).
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
+    while True:
+        try:
+            stdout, stderr = proc.communicate(timeout=min(POLL_S, max(0.0, started + timeout - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            why = stop() if stop else ""
+            if why or time.monotonic() >= started + timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                if why:
+                    raise Stopped(why) from None
+                raise
     took = time.monotonic() - started
     print(f"$ orchestrator {' '.join(args)} -> exit {proc.returncode} in {took:.0f} s", flush=True)
     try:
@@ -67,6 +79,39 @@ def cli(*args: str, state_dir: Path, timeout: float) -> tuple[int, dict]:
     except ValueError:
         print(stdout[-2000:], stderr[-4000:], flush=True)
         return proc.returncode, {}
+
+
+POLL_S = 2.0
+"""How often a running CLI call's run.json is read for the phase it started."""
+PHASE_S = {"plan": 20, "baselines": 470, "ideal_times": 50, "profile_diff": 10, "rank": 10, "pick_fix": 10,
+           "graph_budget": 110, "screen_confirm": 290, "correctness": 250, "commit_scope": 15, "findings": 1800,
+           "feedback": 10}
+"""Seconds each phase takes on one H100 at the device script's sizes (the H200 trail of 2026-12-04 plus 15%, the
+H100 try of issue 38): a call stops before a phase it cannot finish (``phase_stop``); one longer than a whole call
+(findings) runs until the deadline and is continued where it was cut."""
+
+
+def phase_stop(state_dir: Path, run_id: str, *, deadline: float, call_s: float, call_started: float,
+               phase_s: dict[str, float]) -> Callable[[], str]:
+    """``stop`` for ``cli``: why to stop now, "" to go on. A phase attempt that starts during the call (not its
+    first work) and is expected to outlast the deadline, though it would fit a whole call, stops the call there:
+    the next call runs it whole instead of cutting it."""
+    seen = read_run(state_dir, run_id).get("attempts", {}).copy()
+
+    def stop() -> str:
+        try:
+            run = read_run(state_dir, run_id)
+        except (OSError, ValueError):
+            return ""
+        phase, now = run.get("in_flight"), time.monotonic()
+        if not phase or run.get("attempts", {}).get(phase) == seen.get(phase) or now - call_started < 30:
+            return ""
+        need, left = phase_s.get(phase, 0.0), deadline - now
+        if need > left and need <= call_s:
+            return f"stopping before {phase}: it takes about {need:.0f} s, {left:.0f} s are left in this call"
+        return ""
+
+    return stop
 
 
 def drive(args: argparse.Namespace) -> str | None:
@@ -77,7 +122,8 @@ def drive(args: argparse.Namespace) -> str | None:
     again: kit journal), a branch already submitted is not submitted again, and an answer already
     given is not asked for again. So one command, repeated, takes the run to its end.
     """
-    deadline = time.monotonic() + args.deadline_s
+    started = time.monotonic()
+    deadline = started + args.deadline_s
     run_id = args.resume or (existing_run(args.state_dir) if args.continue_run else "")
     if run_id:
         print(f"continuing run {run_id} in {args.state_dir}", flush=True)
@@ -98,7 +144,13 @@ def drive(args: argparse.Namespace) -> str | None:
             print(f"deadline: {left:.0f} s left, less than a candidate's {args.candidate_s:.0f} s; "
                   f"not submitted: {action[1]}", flush=True)
             break
-        take(args, run_id, action, timeout=max(60.0, left))
+        stop = phase_stop(args.state_dir, run_id, deadline=deadline, call_s=args.deadline_s, call_started=started,
+                          phase_s=args.phase_s)
+        try:
+            take(args, run_id, action, timeout=max(60.0, left), stop=stop)
+        except Stopped as why:
+            print(f"{why}; the next call starts it", flush=True)
+            break
     if read_run(args.state_dir, run_id)["status"] == "done":
         rc, audit = cli("audit", run_id, state_dir=args.state_dir, timeout=120)
         print(f"audit: ok={audit.get('ok')} findings={audit.get('findings')}", flush=True)
@@ -124,19 +176,20 @@ def next_action(run: dict, *, todo: list[str], tried: set[str], finish: bool) ->
     return None
 
 
-def take(args: argparse.Namespace, run_id: str, action: tuple[str, str], *, timeout: float) -> None:
+def take(args: argparse.Namespace, run_id: str, action: tuple[str, str], *, timeout: float,
+         stop: Callable[[], str] | None = None) -> None:
     """One CLI call for ``action`` (next_action's), printed with its exit code and where the run went."""
     kind, what = action
     if kind == "advance":
-        rc, out = cli("advance", run_id, state_dir=args.state_dir, timeout=timeout)
+        rc, out = cli("advance", run_id, state_dir=args.state_dir, timeout=timeout, stop=stop)
     elif kind == "answer":
-        rc, out = cli("resume", run_id, "--answer", what, state_dir=args.state_dir, timeout=timeout)
+        rc, out = cli("resume", run_id, "--answer", what, state_dir=args.state_dir, timeout=timeout, stop=stop)
     else:
         if args.combine:
             combine_branches(args.state_dir, run_id, args.combine.split(","), branch=what)
         regions = shipped_regions(args.combine.split(",") if args.combine else [what])
         rc, out = cli("candidate", run_id, "--branch", f"candidate/{what}", "--label", SHIPPED[what],
-                      "--regions", regions, state_dir=args.state_dir, timeout=timeout)
+                      "--regions", regions, state_dir=args.state_dir, timeout=timeout, stop=stop)
     print(f"{kind} {what}: exit {rc}, phase {out.get('phase')}: {out.get('summary')}", flush=True)
 
 
@@ -269,6 +322,12 @@ def save(state_dir: Path, run_id: str, out: Path) -> None:
             (out / name).write_bytes((run_dir / "artifacts" / name).read_bytes())
 
 
+def phase_seconds(text: str) -> dict[str, float]:
+    """PHASE_S updated by "phase=seconds,..."."""
+    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
+    return {**PHASE_S, **{name.strip(): float(value) for name, _eq, value in pairs}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--state-dir", type=Path, required=True)
@@ -287,6 +346,9 @@ def main() -> None:
                    help="name of the combined branch (another name submits the same rewrites again)")
     p.add_argument("--finish", action="store_true",
                    help="then answer candidates=done and open_prs=no (findings runs between them), and audit")
+    p.add_argument("--phase-s", type=phase_seconds, default=PHASE_S, metavar="PHASE=S,...",
+                   help="seconds each phase takes here (a call stops before one it cannot finish); "
+                        "default: " + ",".join(f"{k}={v}" for k, v in PHASE_S.items()))
     p.add_argument("--start-option", action="append", default=[], metavar="NAME=VALUE",
                    help="another option of `orchestrator start` (e.g. rewrite-deltas=no), repeated")
     p.add_argument("--warmup", type=int, default=5)

@@ -104,8 +104,32 @@ def test_drive_stops_when_a_step_leaves_the_run_where_it_was(tmp_path, monkeypat
     calls = []
     monkeypatch.setattr(bench, "cli", lambda *a, **kw: calls.append(a) or (1, {"phase": "baselines"}))
     args = bench.argparse.Namespace(deadline_s=60.0, resume="", continue_run=True, state_dir=tmp_path, combine="",
-                                    combine_branch="combined", branches="", finish=True, candidate_s=60.0)
+                                    combine_branch="combined", branches="", finish=True, candidate_s=60.0,
+                                    phase_s=bench.PHASE_S)
     assert bench.drive(args) == "lcp-run" and calls == [("advance", "lcp-run")]
+
+
+def test_a_call_stops_before_a_phase_it_cannot_finish_and_runs_one_longer_than_any_call(tmp_path):
+    bench = load_bench()
+    run_dir = tmp_path / "runs" / "lcp-run"
+    run_dir.mkdir(parents=True)
+
+    def state(phase, attempts):
+        (run_dir / "run.json").write_text(json.dumps({"in_flight": phase, "attempts": attempts}))
+
+    state("screen_confirm", {"graph_budget": 1, "screen_confirm": 1})
+    now = time.monotonic()
+    stop = bench.phase_stop(tmp_path, "lcp-run", deadline=now + 100, call_s=550, call_started=now - 400,
+                            phase_s={"screen_confirm": 290, "correctness": 250, "findings": 1800})
+    assert stop() == "", "the phase in flight when the call began runs on"
+    state("correctness", {"graph_budget": 1, "screen_confirm": 1, "correctness": 1})
+    assert stop() == "stopping before correctness: it takes about 250 s, 100 s are left in this call"
+    state("findings", {"correctness": 1, "findings": 1})
+    assert stop() == "", "findings outlasts any call: it runs until the deadline and continues in the next"
+    fresh = bench.phase_stop(tmp_path, "lcp-run", deadline=time.monotonic() + 100, call_s=550,
+                             call_started=time.monotonic(), phase_s={"feedback": 500})
+    state("feedback", {"feedback": 1})
+    assert fresh() == "", "a call's first work always starts"
 
 
 def test_a_refused_start_prints_the_refusal_and_exits_with_its_code(tmp_path):
