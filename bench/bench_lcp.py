@@ -96,7 +96,8 @@ def phase_stop(state_dir: Path, run_id: str, *, deadline: float, call_s: float, 
     """``stop`` for ``cli``: why to stop now, "" to go on. A phase attempt that starts during the call (not its
     first work) and is expected to outlast the deadline, though it would fit a whole call, stops the call there:
     the next call runs it whole instead of cutting it."""
-    seen = read_run(state_dir, run_id).get("attempts", {}).copy()
+    started = read_run(state_dir, run_id).get("attempts", {})
+    judged = {(phase, attempt) for phase, attempt in started.items()}
 
     def stop() -> str:
         try:
@@ -104,10 +105,12 @@ def phase_stop(state_dir: Path, run_id: str, *, deadline: float, call_s: float, 
         except (OSError, ValueError):
             return ""
         phase, now = run.get("in_flight"), time.monotonic()
-        if not phase or run.get("attempts", {}).get(phase) == seen.get(phase) or now - call_started < 30:
+        attempt = (phase, run.get("attempts", {}).get(phase))
+        if not phase or attempt in judged:
             return ""
+        judged.add(attempt)  # NOTE: judged once, as it starts: a phase allowed to run is never stopped midway
         need, left = phase_s.get(phase, 0.0), deadline - now
-        if need > left and need <= call_s:
+        if now - call_started >= 30 and left < need <= call_s:
             return f"stopping before {phase}: it takes about {need:.0f} s, {left:.0f} s are left in this call"
         return ""
 

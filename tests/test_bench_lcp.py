@@ -109,7 +109,7 @@ def test_drive_stops_when_a_step_leaves_the_run_where_it_was(tmp_path, monkeypat
     assert bench.drive(args) == "lcp-run" and calls == [("advance", "lcp-run")]
 
 
-def test_a_call_stops_before_a_phase_it_cannot_finish_and_runs_one_longer_than_any_call(tmp_path):
+def test_a_call_stops_before_a_phase_it_cannot_finish_and_runs_one_longer_than_any_call(tmp_path, monkeypatch):
     bench = load_bench()
     run_dir = tmp_path / "runs" / "lcp-run"
     run_dir.mkdir(parents=True)
@@ -124,6 +124,15 @@ def test_a_call_stops_before_a_phase_it_cannot_finish_and_runs_one_longer_than_a
     assert stop() == "", "the phase in flight when the call began runs on"
     state("correctness", {"graph_budget": 1, "screen_confirm": 1, "correctness": 1})
     assert stop() == "stopping before correctness: it takes about 250 s, 100 s are left in this call"
+    clock = [1000.0]
+    monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
+    state("screen_confirm", {"screen_confirm": 2})
+    early = bench.phase_stop(tmp_path, "lcp-run", deadline=1300.0, call_s=550, call_started=995.0,
+                             phase_s={"screen_confirm": 290})
+    state("screen_confirm", {"screen_confirm": 3})
+    assert early() == "", "the call's first work: the rerun of the phase it found cut"
+    clock[0] = 1100.0
+    assert early() == "", "a phase allowed to run is not stopped midway (the CPU dry run of 2026-12-05 was)"
     state("findings", {"correctness": 1, "findings": 1})
     assert stop() == "", "findings outlasts any call: it runs until the deadline and continues in the next"
     fresh = bench.phase_stop(tmp_path, "lcp-run", deadline=time.monotonic() + 100, call_s=550,
