@@ -193,7 +193,8 @@ def take(args: argparse.Namespace, run_id: str, action: tuple[str, str], *, time
         regions = shipped_regions(args.combine.split(",") if args.combine else [what])
         rc, out = cli("candidate", run_id, "--branch", f"candidate/{what}", "--label", SHIPPED[what],
                       "--regions", regions, state_dir=args.state_dir, timeout=timeout, stop=stop)
-    print(f"{kind} {what}: exit {rc}, phase {out.get('phase')}: {out.get('summary')}", flush=True)
+    said = (out.get("error") or {}).get("message") or out.get("summary")
+    print(f"{kind} {what}: exit {rc}, phase {out.get('phase')}: {said}", flush=True)
 
 
 def start_run(args: argparse.Namespace) -> str:
