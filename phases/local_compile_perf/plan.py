@@ -49,7 +49,7 @@ def resolve_sizes(options: dict[str, Any], device: str) -> Sizes:
         tokens if options.get("tokens") else base.per_layer_tokens)
     return Sizes(tokens=tokens, per_layer_tokens=per_layer, timing=base.timing.model_copy(update=knobs),
                  runs=options["runs"], source="given" if given else base.source,
-                 why="as given" if given else base.why)
+                 why=(options.get("sizes_why") or "as given") if given else base.why)
 
 
 def run(ctx: PhaseContext) -> PhaseResult:

@@ -55,6 +55,9 @@ class LcpOptions(BaseModel):
     delta_tokens: tuple[int, ...] = ()
     """Token counts of the findings' per-rewrite deltas (one fresh process per commit of an entry that holds
     several); each a per-layer count; default every per-layer count. Fewer counts, less device time."""
+    sizes_why: str | None = None
+    """Why the sizes given as options were chosen (plan.md and the devlog's plan entry say it; default "as given"),
+    e.g. fewer steps than the skill's to fit a device session, with the spread they still keep."""
     rewrite_deltas: bool = True
     """Measure each rewrite's own delta where a stack entry holds several commits (``no``: left out, FINDINGS says
     so; for a device session too short for them)."""
