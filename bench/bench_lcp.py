@@ -71,7 +71,7 @@ def cli(*args: str, state_dir: Path, timeout: float, stop: Callable[[], str] | N
                 proc.communicate()
                 if why:
                     raise Stopped(why) from None
-                raise
+                raise subprocess.TimeoutExpired(command, time.monotonic() - started) from None
     took = time.monotonic() - started
     print(f"$ orchestrator {' '.join(args)} -> exit {proc.returncode} in {took:.0f} s", flush=True)
     try:
