@@ -112,6 +112,9 @@ def test_deltas_are_measured_recorded_and_rendered(embedded_workspace, tmp_path,
     assert second["glue_delta_ms"] == second["glue_ms"] - steps[1]["per_tokens"][0]["glue_ms"]
     assert not list((tmp_path / "scratch" / "worktrees").glob("deltas-*/prefix-*"))
     assert [kind for kind, _text in ctx.notes] == ["measurement"] * 3  # the devlog: one entry per prefix
+    # NOTE: one fresh process each: indicative, never cited (the audit holds a cited number to 3; the CPU dry run
+    # of 2026-12-05 failed its audit on these)
+    assert ctx.measurements and not any(kw["labels"]["cited"] for _a, kw in ctx.measurements)
     assert measure_rewrite_deltas(ctx, plan, entry) == record  # measured once per entry: read back typed
     assert len(ctx.state["records"]["rewrite_deltas"]) == 1
     text = render_template("local_compile_perf", "findings.md.j2", s=findings_summary(record))

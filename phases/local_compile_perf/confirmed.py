@@ -114,8 +114,10 @@ def _peak(results: list[dict[str, Any]]) -> float | None:
     return None if None in peaks else statistics.median(peaks) / 2**30
 
 
-def record_cells(ctx: PhaseContext, rows: Sequence[Cell], *, purpose: str) -> None:
-    """Record every cited number of ``rows`` with its samples and provenance."""
+def record_cells(ctx: PhaseContext, rows: Sequence[Cell], *, purpose: str, cited: bool = True) -> None:
+    """Record every number of ``rows`` with its samples and provenance; ``cited=False`` for rows of fewer fresh
+    processes than a cited number needs (indicative, as the rewrite deltas' single runs: the audit holds every
+    cited number to its 3 fresh processes)."""
     units = {m.name: m for m in METRICS}
     for row in rows:
         if row.status != "measured":
@@ -124,7 +126,7 @@ def record_cells(ctx: PhaseContext, rows: Sequence[Cell], *, purpose: str) -> No
             ctx.record_measurement(
                 name=name, unit=units[name].unit, samples=list(samples), provenance=row.provenance or {},
                 labels={"purpose": purpose, "variant": row.variant, "tree": row.tree, "tokens": row.tokens,
-                        "what": units[name].label, "cited": True, "value": row.cited[name],
+                        "what": units[name].label, "cited": cited, "value": row.cited[name],
                         "fresh_processes": len(samples), "foreign_pids": list(row.foreign_pids),
                         "launch": "cuda_graph_replay" if name == "replay_ms" else "normal"})
 

@@ -90,7 +90,7 @@ def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any])
     finally:
         for _name, path, _subject in made:
             remove_worktree(ctx.target, path)
-    record_cells(ctx, rows, purpose=f"rewrite deltas of {entry['branch']}")
+    record_cells(ctx, rows, purpose=f"rewrite deltas of {entry['branch']}", cited=False)
     record = {"commit": entry["commit"], "branch": entry["branch"], "tokens": list(tokens),
               "steps": delta_steps([(name, subject) for name, _path, subject in made], rows, tokens)}
     ctx.add_record("rewrite_deltas", record)
