@@ -22,10 +22,10 @@ from phases.local_compile_perf import attention_floor, per_step
 from phases.local_compile_perf.confirmed import build_cells, call_confirm, log_cells, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.work.traps import TrapRequest
 from phases.local_compile_perf.workers import TRAPS
-from phases.local_compile_perf.resume import call_kept
 
 
 def run(ctx: PhaseContext) -> PhaseResult:

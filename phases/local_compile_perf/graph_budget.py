@@ -19,16 +19,15 @@ from typing import Any, Mapping
 
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.graphs import GraphBudgetRequest
+from phases.kit.records import GraphCount
 from phases.kit.workers import GRAPH_BUDGET
 from phases.local_compile_perf.candidates import current, in_checkout, reject
 from phases.local_compile_perf.devlog import log
-from phases.local_compile_perf.records import Plan
-from phases.kit.records import GraphCount
-from phases.local_compile_perf.records import ParallelBuildCheck
+from phases.local_compile_perf.records import ParallelBuildCheck, Plan
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.tp_ep import brief, check_call, check_tp_ep, summary, unrun
 from phases.local_compile_perf.work.beside import BesideCall, BesideRequest, BesideResult
 from phases.local_compile_perf.workers import BESIDE
-from phases.local_compile_perf.resume import call_kept
 
 
 def run(ctx: PhaseContext) -> PhaseResult:

@@ -18,10 +18,10 @@ from phases.kit.bandwidth import BandwidthRequest
 from phases.kit.workers import BANDWIDTH
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.workers import GLUE
-from phases.local_compile_perf.resume import call_kept
 
 
 def tb_per_s(tbs: float) -> str:

@@ -22,10 +22,10 @@ from phases.local_compile_perf.candidates import current, in_checkout, reject
 from phases.local_compile_perf.confirmed import build_cells, call_confirm, cell, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Cell, Judgement, Plan
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.candidate_checks import ScreenRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.workers import SCREEN
-from phases.local_compile_perf.resume import call_kept
 
 
 def judge(stack: Cell, cand: Cell, metric: str = "wall_ms", *, cuda: bool) -> Judgement:

@@ -25,9 +25,9 @@ from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.records import Candidate, ParallelBuildCheck, Plan, TpEpVerdict
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.tp_ep_check import ParallelCheckRequest
 from phases.local_compile_perf.workers import TP_EP
-from phases.local_compile_perf.resume import call_kept
 
 WORLD_SIZE, TP, EP = 8, 8, 8
 """DeepSeek-V3's target layout (the plan has no degree of its own)."""
