@@ -133,7 +133,7 @@ def drive(args: argparse.Namespace) -> str | None:
     else:
         run_id = start_run(args)
     todo = [args.combine_branch] if args.combine else [b for b in args.branches.split(",") if b]
-    seen = -1
+    seen, failed = -1, None
     while True:
         run = read_run(args.state_dir, run_id)
         if run["last_seq"] == seen:
@@ -150,10 +150,16 @@ def drive(args: argparse.Namespace) -> str | None:
         stop = phase_stop(args.state_dir, run_id, deadline=deadline, call_s=args.deadline_s, call_started=started,
                           phase_s=args.phase_s)
         try:
-            take(args, run_id, action, timeout=max(60.0, left), stop=stop)
+            rc = take(args, run_id, action, timeout=max(60.0, left), stop=stop)
         except Stopped as why:
             print(f"{why}; the next call starts it", flush=True)
             break
+        where = (action, read_run(args.state_dir, run_id).get("in_flight"))
+        if rc == 1 and where == failed:
+            print(f"{action[0]} failed twice in {where[1]}: stopping (the CLI's --debug shows the traceback)",
+                  flush=True)
+            break
+        failed = where if rc == 1 else None
     if read_run(args.state_dir, run_id)["status"] == "done":
         rc, audit = cli("audit", run_id, state_dir=args.state_dir, timeout=120)
         print(f"audit: ok={audit.get('ok')} findings={audit.get('findings')}", flush=True)
@@ -180,8 +186,8 @@ def next_action(run: dict, *, todo: list[str], tried: set[str], finish: bool) ->
 
 
 def take(args: argparse.Namespace, run_id: str, action: tuple[str, str], *, timeout: float,
-         stop: Callable[[], str] | None = None) -> None:
-    """One CLI call for ``action`` (next_action's), printed with its exit code and where the run went."""
+         stop: Callable[[], str] | None = None) -> int:
+    """One CLI call for ``action`` (next_action's), printed with its exit code and where the run went; the code."""
     kind, what = action
     if kind == "advance":
         rc, out = cli("advance", run_id, state_dir=args.state_dir, timeout=timeout, stop=stop)
@@ -195,6 +201,7 @@ def take(args: argparse.Namespace, run_id: str, action: tuple[str, str], *, time
                       "--regions", regions, state_dir=args.state_dir, timeout=timeout, stop=stop)
     said = (out.get("error") or {}).get("message") or out.get("summary")
     print(f"{kind} {what}: exit {rc}, phase {out.get('phase')}: {said}", flush=True)
+    return rc
 
 
 def start_run(args: argparse.Namespace) -> str:

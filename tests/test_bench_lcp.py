@@ -109,6 +109,28 @@ def test_drive_stops_when_a_step_leaves_the_run_where_it_was(tmp_path, monkeypat
     assert bench.drive(args) == "lcp-run" and calls == [("advance", "lcp-run")]
 
 
+def test_a_phase_that_fails_again_when_rerun_stops_the_call(tmp_path, monkeypatch):
+    """A phase that raises leaves the run in flight; rerunning it forever spun the CPU dry run of 2026-12-05."""
+    bench = load_bench()
+    run_dir = tmp_path / "runs" / "lcp-run"
+    run_dir.mkdir(parents=True)
+    seq = [7]
+
+    def advance(*a, **kw):
+        seq[0] += 3  # phase_interrupted, phase_started, artifact_written: the run moves, the phase fails
+        (run_dir / "run.json").write_text(json.dumps(run_json(status="running", awaiting=None, in_flight="findings",
+                                                              phase="findings", last_seq=seq[0], records={})))
+        return 1, {}
+
+    advance()
+    monkeypatch.setattr(bench, "cli", advance)
+    args = bench.argparse.Namespace(deadline_s=60.0, resume="", continue_run=True, state_dir=tmp_path, combine="",
+                                    combine_branch="combined", branches="", finish=True, candidate_s=60.0,
+                                    phase_s=bench.PHASE_S)
+    bench.drive(args)
+    assert seq[0] == 7 + 3 * 3, "the first advance, and one retry of the failed phase"
+
+
 def test_a_call_stops_before_a_phase_it_cannot_finish_and_runs_one_longer_than_any_call(tmp_path, monkeypatch):
     bench = load_bench()
     run_dir = tmp_path / "runs" / "lcp-run"
