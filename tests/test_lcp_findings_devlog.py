@@ -150,7 +150,7 @@ def test_the_runs_options_can_leave_per_layer_compile_of_the_stack_out_and_the_f
         "plan": SimpleNamespace(spec=spec, device="cuda", device_name="NVIDIA H100", left_out=lean.left_out),
         "entries": [], "per_tokens": [], "rejected": [], "limits": [], "not_tested": (), "feedback": [],
         "linear": True, "glue_bar_pct": 30.0, "runs": 3, "bandwidth": {"tbs": 3.0, "kind": "hbm"},
-        "stack_code": stack, "reached_ratio": 1.5, "rewrite_deltas": [], "glue_bar": None})
+        "stack_code": stack, "reached_ratio": 1.5, "rewrite_deltas": [], "glue_bar": None, "ops_add_up": ""})
     assert "Left out by the run's options (measurable here, not measured: device time):\n- per-layer compile" in text
     # NOTE: the template read the missing tree's cell and failed (StrictUndefined): the CPU dry run of 2026-12-05
     assert "| 128 | glue 2.750 / wall 11.000 ms | glue 2.750 / wall 11.000 ms | not measured | per-layer" in text
