@@ -51,9 +51,10 @@ regions5=mla_qk,swiglu,mlp_swiglu,moe_combine,moe_dispatch,rms_norm,add_rms_norm
 # NOTE: 2 warm-up + 6 timed + 2 profiled steps per cell, per-layer compile at the bar's two counts only: the whole
 # workflow in a 30-minute device session; the cited medians' 3 fresh processes stayed within the skill's 2% at
 # 3/8/2 (bench/results/2026-12-04-h200-lcp: worst 0.84%). The run's plan.md and devlog carry this reason.
-why="2 warm-up, 6 timed and 2 profiled steps a cell (the skill's 5/20/5) and per-layer compile at the bar's 4096 and"
-why+=" 16384 tokens only: the whole workflow in one 30-minute device session; a cited number's 3 fresh processes"
-why+=" stayed within the skill's 2% at 3/8/2 steps (worst 0.84%, bench/results/2026-12-04-h200-lcp)"
+why="2 warm-up, 6 timed and 2 profiled steps a cell (the skill's 5/20/5) and per-layer compile at"
+why+=" ${PER_LAYER_TOKENS:-4096,16384} tokens only (the bar's counts): the whole workflow in one 30-minute device"
+why+=" session; a cited number's 3 fresh processes stayed within the skill's 2% at 3/8/2 steps on the H200"
+why+=" (worst 0.84%, bench/results/2026-12-04-h200-lcp)"
 bench=(python3 bench/bench_lcp.py --state-dir "$state" --out /tmp/benchout --deadline-s "${DEADLINE_S:-550}"
        --tokens "${TOKENS:-2048,4096,16384}" --per-layer-tokens "${PER_LAYER_TOKENS:-4096,16384}" --warmup 2 --iters 6
        --profile-steps 2 --start-option "sizes-why=$why")

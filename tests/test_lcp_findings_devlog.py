@@ -154,3 +154,20 @@ def test_the_runs_options_can_leave_per_layer_compile_of_the_stack_out_and_the_f
     assert "Left out by the run's options (measurable here, not measured: device time):\n- per-layer compile" in text
     # NOTE: the template read the missing tree's cell and failed (StrictUndefined): the CPU dry run of 2026-12-05
     assert "| 128 | glue 2.750 / wall 11.000 ms | glue 2.750 / wall 11.000 ms | not measured | per-layer" in text
+
+
+def test_plan_md_says_what_the_options_leave_out() -> None:
+    from orchestrator.context import render_template
+
+    spec = SimpleNamespace(name="embedded:dsv3", layer_kinds=("dense", "moe"), ac_mode="none", fp32_precision="tf32",
+                           upstream_regions=("router",), all_regions=("router",))
+    sizes = SimpleNamespace(tokens=TOKENS, per_layer_tokens=TOKENS, timing=TimingKnobs(), runs=3, source="given",
+                            why="a 30-minute device session")
+    lean = plan().model_copy(update={"per_layer_stack": False, "rewrite_deltas": False})
+    shown = SimpleNamespace(kind="embedded", inventory={"message": "m", "regions": [], "override_kernels": []},
+                            harness="h:build", spec=spec, device_name="NVIDIA H100", torch="2.11", sizes=sizes,
+                            delta_tokens=(), rewrite_deltas=False, left_out=lean.left_out, budget="2h",
+                            budget_s=7200, started_at="now", stop_threshold=0.01)
+    text = render_template("local_compile_perf", "plan.md.j2", plan=shown)
+    assert "per-layer compile at: 128, 256; per-rewrite deltas left out (--rewrite-deltas no)" in text
+    assert "- left out of the findings by the run's options: per-layer compile of the stack's own code" in text

@@ -53,6 +53,9 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     if done:
         return done[-1].model_dump(mode="json")
     parts = {p.part: p.data for p in ctx.records(StackCodePart) if p.commit == tip}
+    if parts:
+        log(ctx, f"stack code of {tip[:10]}: {', '.join(parts)} recorded by an earlier attempt, read back; measuring "
+                 "what is missing", kind="measurement")
 
     def once(part: str, measure: Callable[[], Any]) -> Any:
         if part not in parts:
