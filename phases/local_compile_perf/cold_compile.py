@@ -41,7 +41,9 @@ def cold_row(block: dict[str, Any], tokens: int) -> dict[str, Any]:
     row = {"name": variant["name"].removeprefix("cold "), "tree": variant["tree"], "host_load": run.get("host_load")}
     result = (run.get("result") or {}).get(str(tokens))
     if run["status"] != "ok" or result is None or result["timing"]["compile_ms"] is None:
-        return {**row, "status": "failed", "reason": f"fresh process FAILED: {run['log_tail'][-300:]}"}
+        last = [line.strip() for line in run["log_tail"].splitlines() if line.strip()]
+        error = next((line for line in reversed(last) if "Error" in line or "FAILED" in line), last[-1] if last else "")
+        return {**row, "status": "failed", "reason": f"fresh process FAILED: {error[-300:]}"}
     first, step = result["timing"]["compile_ms"], statistics.median(result["timing"]["samples_ms"])
     return {**row, "status": "measured", "compile_s": max(first - step, 0.0) / 1e3, "first_call_ms": first,
             "step_ms": step}
