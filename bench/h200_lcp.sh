@@ -10,19 +10,29 @@
 #   bash bench/h200_lcp.sh go              # whatever comes next of start, combine and finish
 #   bash bench/h200_lcp.sh diag            # glue of each rewrite prefix in .devstate/diag (one process each;
 #                                          # DIAG_GPUS picks the GPU)
-# Every step works on the run the state dir holds and stops at DEADLINE_S (default 550 s) with the state
-# saved; the same command again continues where it was cut (a phase cut midway reruns, and its fresh
-# processes that finished on the same machine are not measured again), so `go`, repeated, runs the whole
-# workflow. A refused option (e.g. fewer than 3 token counts) prints the refusal and exits 2.
-# State: $STATE_DIR (default .devstate/state; ignore /.devstate/ and /.devcarry/ in .git/info/exclude). On a
-# warm machine it is still there; on a fresh one it is unpacked from $CARRY_DIR (default .devcarry; carry it:
-# the last call's $OUT/state_*.tgz.part-* copied there; they unpack to the same relative path). Each call leaves $OUT/state_<step>.tgz.part-* (bench/pack_state.sh;
-# here: `rm -rf .devcarry && mkdir .devcarry && cp FILES_AT/state_* .devcarry/`), $OUT/log_<step>.txt (its
-# report lists every cited median) and $OUT/env_<step>.txt (card, versions), and exits with the step's status.
+# Every step works on the run the state dir holds, ends by DEADLINE_S (default 550 s) or before a phase it could
+# not finish by then (bench_lcp PHASE_S, H100 estimates), and saves the state; the same command again continues
+# (a phase cut midway reruns, and what it finished on the same machine is read back, not measured again), so
+# `go`, repeated, runs the whole workflow. A refused option (e.g. fewer than 3 token counts) prints the refusal
+# and exits with its code (2). Issue 38's run, one GPU, four calls of about 1.6 ks of H100 work in all:
+#   START_OPTIONS="rewrite-deltas=no per-layer-stack=no" DEADLINE_S=555 bash bench/h200_lcp.sh go
+# State: $STATE_DIR (default .devstate/state; ignore /.devstate/ and /.devcarry/ in .git/info/exclude). On a warm
+# machine it is still there; on a fresh one it is unpacked from $CARRY_DIR (default .devcarry): carry that folder
+# holding the last call's $OUT/state_<step>.tgz.part-* (here: `rm -rf .devcarry && mkdir .devcarry &&
+# cp FILES_AT/state_* .devcarry/`; they unpack to the same relative path; bench/pack_state.sh packs them). Each
+# call also leaves $OUT/log_<step>.txt (its report lists every cited median) and $OUT/env_<step>.txt (card,
+# versions), and exits with the step's status.
 # START_OPTIONS: more `orchestrator start` options as NAME=VALUE words, e.g. "rewrite-deltas=no per-layer-stack=no"
 # (findings parts a 30-minute device session cannot hold; FINDINGS lists them as left out).
-# Missing wheels (torchtitan, pydantic, liger-kernel, ...) are read from $WHEELS (default
-# state/workspaces/lcp-device/whl; carry it).
+# Missing wheels are read from $WHEELS (default state/workspaces/lcp-device/whl; carry it), made here with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d state/workspaces/lcp-device/whl \
+#     torchtitan==0.3.0 spmd_types==0.2.3 torch_checkpointing==0.1.1 tyro==1.0.17 docstring_parser==0.18.0 \
+#     typeguard==4.6.1 torchdata==0.11.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
+#     typing-inspection==0.4.5 typing_extensions==4.16.0 GitPython==3.2.1 gitdb==4.0.12 smmap==5.0.3 \
+#     transitions==0.9.3 orjson==3.13.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
+#     rpds-py==2026.9.1 PyNaCl==1.6.2 cffi==2.1.1 pycparser==3.12 liger_kernel==0.8.5 packaging==26.4 \
+#     cryptography==50.0.2   # 27 wheels, 13 MB
 set -euo pipefail
 step=${1:?check, start, combine [RUN] [NAME], finish [RUN], go or diag}
 wheels=${WHEELS:-state/workspaces/lcp-device/whl}
