@@ -24,8 +24,10 @@ from bench.bench_lcp import replay_rewrites, shipped_regions  # noqa: E402
 
 STACK = ("norm-rope-cat", "narrow-scores", "gather-combine", "mlp-swiglu", "residual-norm", "latent-proj",
          "rope-in-place")
-"""The seven rewrites the H200 runs of 2026-11-30 and 2026-12-04 submitted as one candidate, in that order
-(bench/h200_lcp.sh's default ``REWRITES``)."""
+"""The seven rewrites the H200 runs of 2026-11-30 and 2026-12-04 submitted as one candidate, in that order."""
+DEVICE_STACK = (*STACK, "router-topk")
+"""bench/h200_lcp.sh's default ``REWRITES``: the seven, then the router's top-k as argmax rounds (pattern 10),
+the rewrite aimed at the glue bar at 4096 tokens."""
 
 
 def stack_tree(state_dir: Path, names: tuple[str, ...]) -> Path:

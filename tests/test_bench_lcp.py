@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -71,17 +72,110 @@ def test_a_cut_at_the_deadline_kills_the_phase_workers_too(tmp_path, monkeypatch
     assert not Path(f"/proc/{worker}").exists(), "the worker survived the cut"
 
 
-def test_a_run_cut_mid_phase_is_advanced_before_anything_else(tmp_path, monkeypatch):
+def run_json(**fields) -> dict:
+    return {"status": "waiting", "awaiting": "agent", "in_flight": None, "phase": "pick_fix", "pending": [],
+            "summary": "", **fields}
+
+
+def test_each_call_takes_the_run_from_where_it_stands():
+    """A run cut mid-phase is advanced first; a branch already tried is not submitted again; answers follow."""
     bench = load_bench()
-    run_id = fake_run(tmp_path, tmp_path, [])
-    run_json = tmp_path / "runs" / run_id / "run.json"
+    act = bench.next_action
+    todo, finish = ["combined"], True
+    assert act(run_json(status="running", in_flight="correctness", phase="correctness", awaiting=None),
+               todo=todo, tried=set(), finish=finish) == ("advance", "")
+    assert act(run_json(status="running", awaiting=None, phase="plan"), todo=todo, tried=set(),
+               finish=finish) == ("advance", "")
+    assert act(run_json(), todo=todo, tried=set(), finish=finish) == ("candidate", "combined")
+    assert act(run_json(), todo=todo, tried={"candidate/combined"}, finish=finish) == ("answer", "candidates=done")
+    assert act(run_json(), todo=todo, tried={"candidate/combined"}, finish=False) is None
+    asked = run_json(phase="findings", awaiting="human", pending=[{"key": "open_prs"}])
+    assert act(asked, todo=todo, tried={"candidate/combined"}, finish=finish) == ("answer", "open_prs=no")
+    assert act(run_json(status="done", awaiting=None, phase="done"), todo=todo, tried=set(), finish=finish) is None
+    assert act(run_json(status="failed", awaiting=None), todo=todo, tried=set(), finish=finish) is None
+
+
+def test_drive_stops_when_a_step_leaves_the_run_where_it_was(tmp_path, monkeypatch):
+    bench = load_bench()
+    run_dir = tmp_path / "runs" / "lcp-run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps(run_json(status="running", awaiting=None, in_flight="baselines",
+                                                          phase="baselines", last_seq=7, records={})))
     calls = []
-    monkeypatch.setattr(bench, "cli", lambda *a, **kw: calls.append(a) or (4, {"phase": "pick_fix"}))
-    run_json.write_text(json.dumps({"phase": "pick_fix", "in_flight": None}))
-    assert bench.finish_interrupted(tmp_path, run_id, deadline=time.monotonic() + 60) and calls == []
-    run_json.write_text(json.dumps({"phase": "correctness", "in_flight": "correctness"}))
-    assert bench.finish_interrupted(tmp_path, run_id, deadline=time.monotonic() + 60)
-    assert calls == [("advance", run_id)]
+    monkeypatch.setattr(bench, "cli", lambda *a, **kw: calls.append(a) or (1, {"phase": "baselines"}))
+    args = bench.argparse.Namespace(deadline_s=60.0, resume="", continue_run=True, state_dir=tmp_path, combine="",
+                                    combine_branch="combined", branches="", finish=True, candidate_s=60.0,
+                                    phase_s=bench.PHASE_S)
+    assert bench.drive(args) == "lcp-run" and calls == [("advance", "lcp-run")]
+
+
+def test_a_phase_that_fails_again_when_rerun_stops_the_call(tmp_path, monkeypatch):
+    """A phase that raises leaves the run in flight; rerunning it forever spun the CPU dry run of 2026-12-05."""
+    bench = load_bench()
+    run_dir = tmp_path / "runs" / "lcp-run"
+    run_dir.mkdir(parents=True)
+    seq = [7]
+
+    def advance(*a, **kw):
+        seq[0] += 3  # phase_interrupted, phase_started, artifact_written: the run moves, the phase fails
+        (run_dir / "run.json").write_text(json.dumps(run_json(status="running", awaiting=None, in_flight="findings",
+                                                              phase="findings", last_seq=seq[0], records={})))
+        return 1, {}
+
+    advance()
+    monkeypatch.setattr(bench, "cli", advance)
+    args = bench.argparse.Namespace(deadline_s=60.0, resume="", continue_run=True, state_dir=tmp_path, combine="",
+                                    combine_branch="combined", branches="", finish=True, candidate_s=60.0,
+                                    phase_s=bench.PHASE_S)
+    bench.drive(args)
+    assert seq[0] == 7 + 3 * 3, "the first advance, and one retry of the failed phase"
+
+
+def test_a_call_stops_before_a_phase_it_cannot_finish_and_runs_one_longer_than_any_call(tmp_path, monkeypatch):
+    bench = load_bench()
+    run_dir = tmp_path / "runs" / "lcp-run"
+    run_dir.mkdir(parents=True)
+
+    def state(phase, attempts):
+        (run_dir / "run.json").write_text(json.dumps({"in_flight": phase, "attempts": attempts}))
+
+    state("screen_confirm", {"graph_budget": 1, "screen_confirm": 1})
+    now = time.monotonic()
+    stop = bench.phase_stop(tmp_path, "lcp-run", deadline=now + 100, call_s=550, call_started=now - 400,
+                            phase_s={"screen_confirm": 290, "correctness": 250, "findings": 1800})
+    assert stop() == "", "the phase in flight when the call began runs on"
+    state("correctness", {"graph_budget": 1, "screen_confirm": 1, "correctness": 1})
+    assert stop() == "stopping before correctness: it takes about 250 s, 100 s are left in this call"
+    clock = [1000.0]
+    monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
+    state("screen_confirm", {"screen_confirm": 2})
+    early = bench.phase_stop(tmp_path, "lcp-run", deadline=1300.0, call_s=550, call_started=995.0,
+                             phase_s={"screen_confirm": 290})
+    state("screen_confirm", {"screen_confirm": 3})
+    assert early() == "", "the call's first work: the rerun of the phase it found cut"
+    clock[0] = 1100.0
+    assert early() == "", "a phase allowed to run is not stopped midway (the CPU dry run of 2026-12-05 was)"
+    state("findings", {"correctness": 1, "findings": 1})
+    assert stop() == "", "findings outlasts any call: it runs until the deadline and continues in the next"
+    fresh = bench.phase_stop(tmp_path, "lcp-run", deadline=time.monotonic() + 100, call_s=550,
+                             call_started=time.monotonic(), phase_s={"feedback": 500})
+    state("feedback", {"feedback": 1})
+    assert fresh() == "", "a call's first work always starts"
+
+
+def test_a_refused_start_prints_the_refusal_and_exits_with_its_code(tmp_path):
+    """bench/h200_lcp.sh start with two token counts died in 1 s on a KeyError (the H100 try of issue 38)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "STATE_DIR": str(tmp_path / "state"), "WHEELS": str(tmp_path / "none"),
+           "TOKENS": "4096,16384"}
+    done = subprocess.run(["bash", str(BENCH.parent / "h200_lcp.sh"), "start"], cwd=BENCH.parents[1], env=env,
+                          capture_output=True, text=True, timeout=300)
+    log = (out / "log_start.txt").read_text()
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "start refused (exit 2): local-compile-perf: --tokens: Value error, needs at least 3 distinct positive " \
+           "token counts (skill step 1), got [4096, 16384]" in log
+    assert "Traceback" not in log + done.stdout + done.stderr
 
 
 PACK = BENCH.parent / "pack_state.sh"
@@ -90,7 +184,6 @@ PACK = BENCH.parent / "pack_state.sh"
 def test_a_device_state_is_packed_without_reference_captures_in_parts_that_come_back(tmp_path):
     """A call cut in correctness leaves the fp64 reference capture (tens of GB at real dims) in scratch:
     packed with it, the state outran the call and could not come back (the H200 call of 2026-12-04 17:21)."""
-    import os
     state = tmp_path / ".devstate" / "state"
     worktrees = state / "scratch" / "run-1" / "worktrees"
     worktrees.mkdir(parents=True)

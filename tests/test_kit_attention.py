@@ -97,6 +97,11 @@ def test_cold_compile_is_the_first_call_less_a_step_and_a_failed_process_says_so
     failed = {"status": "FAILED", "log_tail": "InductorError: boom", "result": None}
     row = cold_row({"variant": variant, "runs": [failed]}, 16)
     assert row["status"] == "failed" and "InductorError: boom" in row["reason"]
+    tail = ("RuntimeError: fn_edge.is_valid() == this_edge.is_valid() INTERNAL ASSERT FAILED at \"tensor.cpp\":136\n\n"
+            "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n")
+    row = cold_row({"variant": variant, "runs": [{**failed, "log_tail": tail}]}, 16)
+    assert row["reason"] == ("fresh process FAILED: RuntimeError: fn_edge.is_valid() == this_edge.is_valid() "
+                             "INTERNAL ASSERT FAILED at \"tensor.cpp\":136"), "one line: it sits in a table row"
 
 
 @pytest.mark.parametrize("mode", ["full", "selective"])

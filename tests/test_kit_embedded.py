@@ -51,3 +51,17 @@ def test_upstream_regions_vs_eager_and_fp64_then_measured(embedded_harness):
                                 (1, cfg.n_heads, 32, cfg.v_head_dim), causal=True)
     assert eager.attention.calls == 2 and eager.attention.flops_fwd == 2 * per_layer  # one MLA per layer
     assert any("scaled_dot_product" in k for k in eager.attention.kernels), eager.attention.kernels
+
+
+def test_a_lean_run_times_its_steps_and_says_it_profiled_nothing():
+    """Cold-compile runs read the first call only: no profile and no CUDA-graph replay in them."""
+    from phases.kit.harness import TimingKnobs
+    from phases.kit.measure_once import MeasureRequest, measure_tree
+
+    result = measure_tree(MeasureRequest(harness=EMBEDDED, tree="eager", tokens=16, device="cpu", profile=False,
+                                         cuda_graph=False, timing=TimingKnobs(warmup=1, iters=2, profile_steps=1),
+                                         target=str(ROOT)))
+    assert len(result.timing.samples_ms) == 2 and result.timing.compile_ms is not None
+    assert result.kernels.rows == () and result.kernels.steps == 0 and result.kernel_ms == 0
+    assert result.not_applicable["kernel_time"] == "not profiled (a run that times its steps only)"
+    assert result.cuda_graph.reason == "CUDA-graph replay not requested"

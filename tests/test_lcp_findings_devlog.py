@@ -6,6 +6,8 @@ and collects the devlog notes: one entry per cell, glue op, region's cold compil
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,9 +24,11 @@ class StubContext:
 
     def __init__(self, answers: dict[str, dict[str, Any]]) -> None:
         self.answers, self.target, self.notes = answers, "/main", []
+        self.scratch_dir, self.phase = Path(tempfile.mkdtemp(prefix="lcp-findings-devlog-")), "findings"
+        self.interrupted = False
 
     def call(self, *_worker_and_request: Any, label: str) -> Any:
-        return SimpleNamespace(model_dump=lambda mode: self.answers[label])
+        return SimpleNamespace(model_dump=lambda mode: self.answers[label], carried=())
 
     def record_measurement(self, **_kwargs: Any) -> None:
         pass
@@ -123,3 +127,47 @@ def test_one_entry_per_rewrite_prefix_and_token_count() -> None:
         "wall 9.000 ms (-1.000) (1 fresh process: indicative)",
         "rewrite deltas of stack/1-combined: +2 (fuse swiglu) at 128 tokens: not measured (its fresh process FAILED: "
         "see the worker log)"]
+
+
+def test_the_runs_options_can_leave_per_layer_compile_of_the_stack_out_and_the_findings_say_so() -> None:
+    from orchestrator.context import render_template
+
+    names = ("upstream_main", "per_layer_main", "regions_stack")
+    ctx = StubContext({"stack code": confirm_answer(names, TOKENS, runs=3)})
+    lean = plan().model_copy(update={"per_layer_stack": False, "rewrite_deltas": False})
+    rows = [stack_code.Cell.model_validate(c) for c in stack_code.measure_cells(ctx, lean, "/stack")]
+    assert len(measurements(ctx)) == len(names) * len(TOKENS), "three trees, not four"
+    row = stack_code.compare_trees(rows, 128, names=list(names))
+    assert "per_layer_stack" not in row and row["per_layer_main"]["glue_ms"] == 2.75
+    assert row["reading"].startswith("per-layer compile of the stack's code not measured (the run's --per-layer-stack")
+    assert lean.left_out == ("per-layer compile of the stack's own code (the rewrites' share of the gain apart from "
+                             "the regions'): --per-layer-stack no",
+                             "each rewrite's own delta within a stack entry: --rewrite-deltas no")
+    spec = SimpleNamespace(name="embedded:dsv3", layer_kinds=("dense", "moe"), ac_mode="none", fp32_precision="tf32")
+    stack = {"commit": "0" * 40, "regions": ["router"], "per_tokens": [row], "glue_tokens": 256, "call_floor_ms": None,
+             "ops": [], "under_ac": None, "cold_compile": {"tokens": 128, "env": {}, "rows": []}}
+    text = render_template("local_compile_perf", "findings.md.j2", s={
+        "plan": SimpleNamespace(spec=spec, device="cuda", device_name="NVIDIA H100", left_out=lean.left_out),
+        "entries": [], "per_tokens": [], "rejected": [], "limits": [], "not_tested": (), "feedback": [],
+        "linear": True, "glue_bar_pct": 30.0, "runs": 3, "bandwidth": {"tbs": 3.0, "kind": "hbm"},
+        "stack_code": stack, "reached_ratio": 1.5, "rewrite_deltas": [], "glue_bar": None, "ops_add_up": ""})
+    assert "Left out by the run's options (measurable here, not measured: device time):\n- per-layer compile" in text
+    # NOTE: the template read the missing tree's cell and failed (StrictUndefined): the CPU dry run of 2026-12-05
+    assert "| 128 | glue 2.750 / wall 11.000 ms | glue 2.750 / wall 11.000 ms | not measured | per-layer" in text
+
+
+def test_plan_md_says_what_the_options_leave_out() -> None:
+    from orchestrator.context import render_template
+
+    spec = SimpleNamespace(name="embedded:dsv3", layer_kinds=("dense", "moe"), ac_mode="none", fp32_precision="tf32",
+                           upstream_regions=("router",), all_regions=("router",))
+    sizes = SimpleNamespace(tokens=TOKENS, per_layer_tokens=TOKENS, timing=TimingKnobs(), runs=3, source="given",
+                            why="a 30-minute device session")
+    lean = plan().model_copy(update={"per_layer_stack": False, "rewrite_deltas": False})
+    shown = SimpleNamespace(kind="embedded", inventory={"message": "m", "regions": [], "override_kernels": []},
+                            harness="h:build", spec=spec, device_name="NVIDIA H100", torch="2.11", sizes=sizes,
+                            delta_tokens=(), rewrite_deltas=False, left_out=lean.left_out, budget="2h",
+                            budget_s=7200, started_at="now", stop_threshold=0.01)
+    text = render_template("local_compile_perf", "plan.md.j2", plan=shown)
+    assert "per-layer compile at: 128, 256; per-rewrite deltas left out (--rewrite-deltas no)" in text
+    assert "- left out of the findings by the run's options: per-layer compile of the stack's own code" in text

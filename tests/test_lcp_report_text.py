@@ -192,9 +192,12 @@ def test_the_bandwidth_reads_the_same_in_every_report():
     assert "bandwidth 0.00712 TB/s (host memcpy)" in findings and "Bandwidth: 0.00712 TB/s (host;" in ideal
 
 
-def test_the_screen_devlog_line_says_its_token_count():
+def test_the_screen_devlog_line_says_its_token_count(monkeypatch):
     """Blind trial of 2026-12-05: "screen of 'weighted combine' (...): base_regions 47.914 ms, ..." named no count."""
+    from phases.local_compile_perf import screen_confirm
     from phases.local_compile_perf.screen_confirm import screen
+
+    monkeypatch.setattr(screen_confirm, "call_kept", lambda ctx, worker, request, *, label: ctx.call(label=label))
 
     notes = []
     answer = SimpleNamespace(samples_ms={"base_regions": [47.914], "with_candidate": [170.380]})

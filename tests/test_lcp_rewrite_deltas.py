@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import git
+import pytest
 
 from phases.kit.harness import TimingKnobs
 from phases.local_compile_perf.records import Plan
@@ -46,7 +47,7 @@ class Ctx:
     """The slice of PhaseContext the measurement uses; workers run as phases run them."""
 
     def __init__(self, target: Path, scratch: Path) -> None:
-        self.target, self.scratch_dir = target, scratch
+        self.target, self.scratch_dir, self.phase, self.interrupted = target, scratch, "findings", False
         self.state: dict[str, Any] = {"records": {}}
         self.measurements: list[Any] = []
         self.notes: list[tuple[str, str]] = []
@@ -111,18 +112,35 @@ def test_deltas_are_measured_recorded_and_rendered(embedded_workspace, tmp_path,
     assert second["glue_delta_ms"] == second["glue_ms"] - steps[1]["per_tokens"][0]["glue_ms"]
     assert not list((tmp_path / "scratch" / "worktrees").glob("deltas-*/prefix-*"))
     assert [kind for kind, _text in ctx.notes] == ["measurement"] * 3  # the devlog: one entry per prefix
+    # NOTE: one fresh process each: indicative, never cited (the audit holds a cited number to 3; the CPU dry run
+    # of 2026-12-05 failed its audit on these)
+    assert ctx.measurements and not any(kw["labels"]["cited"] for _a, kw in ctx.measurements)
     assert measure_rewrite_deltas(ctx, plan, entry) == record  # measured once per entry: read back typed
     assert len(ctx.state["records"]["rewrite_deltas"]) == 1
     text = render_template("local_compile_perf", "findings.md.j2", s=findings_summary(record))
-    assert "Each rewrite of stack/1-combined on its own" in text
+    assert "Each rewrite of stack/1-combined on its own" in text and "--delta-tokens" not in text
     assert f"| +2 | {steps[2]['rewrite']} |" in text
+    fewer = render_template("local_compile_perf", "findings.md.j2", s=findings_summary(record, per_layer=(128, 256)))
+    assert "at 128 tokens only (the run's --delta-tokens; not measured at 256):" in fewer
 
 
-def findings_summary(record: dict[str, Any]) -> dict[str, Any]:
+def findings_summary(record: dict[str, Any], *, per_layer: tuple[int, ...] = (128,)) -> dict[str, Any]:
     spec = SimpleNamespace(name="embedded:dsv3-small", layer_kinds=("dense", "moe"), ac_mode="none",
                            fp32_precision="tf32")
-    return {"plan": SimpleNamespace(spec=spec, device="cpu", device_name="cpu"), "entries": [], "per_tokens": [],
+    plan = SimpleNamespace(spec=spec, device="cpu", device_name="cpu",
+                           sizes=SimpleNamespace(per_layer_tokens=per_layer))
+    return {"plan": plan, "entries": [], "per_tokens": [],
             "rejected": [], "limits": [], "not_tested": (), "feedback": [], "linear": True,
             "glue_bar_pct": 30.0, "runs": 1,
             "bandwidth": {"tbs": 0.1, "kind": "host"}, "stack_code": None, "reached_ratio": 1.5,
             "rewrite_deltas": [record]}
+
+
+def test_delta_tokens_must_be_per_layer_counts(tmp_path):
+    from orchestrator.errors import UsageError
+    from phases.local_compile_perf.start import LcpOptions, prepare
+
+    options = LcpOptions(target="embedded", tokens="64,128,256", per_layer_tokens="128,256", delta_tokens="64")
+    with pytest.raises(UsageError, match=r"--delta-tokens \[64\] are not among --per-layer-tokens \[128, 256\]"):
+        prepare(options, str(tmp_path))
+    assert LcpOptions(target="embedded", delta_tokens="128").delta_tokens == (128,)

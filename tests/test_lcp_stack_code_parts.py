@@ -26,7 +26,7 @@ class FakeContext:
     """What measure_stack_code reads and writes of a PhaseContext: records, notes, the target and scratch."""
 
     def __init__(self, target: Path, scratch: Path) -> None:
-        self.target, self.scratch_dir, self.kept = target, scratch, {}
+        self.target, self.scratch_dir, self.kept, self.logged = target, scratch, {}, []
 
     def records(self, model: type) -> list[Any]:
         kind = {StackCode: "stack_code", StackCodePart: "stack_code_part"}[model]
@@ -38,6 +38,9 @@ class FakeContext:
     def notes(self) -> list[dict]:
         return []
 
+    def note(self, text: str, *, kind: str) -> None:
+        self.logged.append(text)
+
 
 def cell(variant: str, tokens: int) -> dict:
     return {"variant": variant, "tree": variant, "tokens": tokens, "status": "measured",
@@ -48,7 +51,7 @@ def test_a_findings_rerun_measures_only_the_parts_a_cut_left_out(tmp_path, monke
     repo = make_repo(tmp_path / "target", {"model.py": "x = 1\n"})
     tip = repo.head.commit.hexsha
     ctx = FakeContext(tmp_path / "target", tmp_path / "scratch")
-    plan = SimpleNamespace(sizes=SimpleNamespace(per_layer_tokens=(256,)), tokens=(256,))
+    plan = SimpleNamespace(sizes=SimpleNamespace(per_layer_tokens=(256,)), tokens=(256,), per_layer_stack=True)
     calls: list[str] = []
 
     def part(name: str, value: Any, *, cut: bool = False):
@@ -73,6 +76,8 @@ def test_a_findings_rerun_measures_only_the_parts_a_cut_left_out(tmp_path, monke
     record = stack_code.measure_stack_code(ctx, plan, tip, 1.0)
     assert calls == ["cells", "glue", "cold_compile", "cold_compile", "under_ac"]
     assert record["cold_compile"] == {"tokens": 256, "rows": []} and len(record["rows"]) == 4
+    assert ctx.logged == [f"stack code of {tip[:10]}: cells, glue recorded by an earlier attempt, read back; "
+                          "measuring what is missing"]
     StackCode.model_validate(record)
     assert stack_code.measure_stack_code(ctx, plan, tip, 1.0) == record and len(calls) == 5
     assert not any((tmp_path / "scratch" / "worktrees").iterdir()), "the stack's worktree was left behind"

@@ -6,6 +6,8 @@ same Dynamo graphs and guards as Inductor, without its code generation: about 10
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,6 +135,8 @@ class StubContext:
 
     def __init__(self, answers: dict[str, ParallelBuildCheck]) -> None:
         self.answers, self.asked = answers, []
+        self.scratch_dir, self.phase = Path(tempfile.mkdtemp(prefix="lcp-tp-ep-")), "graph_budget"
+        self.interrupted = False
 
     def call(self, worker: Any, request: Any, *, label: str = "") -> Any:
         self.asked.append((request.checkout, tuple(request.request["regions"])))
@@ -162,16 +166,23 @@ def test_the_stack_is_checked_only_when_the_candidate_fails_and_then_rules() -> 
     verdict = check_tp_ep(ctx, plan, candidate())
     assert verdict.blocking == ("rank_0",) and verdict.stack_items == {"rank_0": "PASS"}
     assert ctx.asked[1] == ("/stack", ("router",))
+    growth = ParallelBuildCheck(status="FAIL", world_size=8, tp=8, ep=8, items={"rank_0": "PASS",
+                                "zero_token_graphs": "FAIL"}, failures={"zero_token_graphs": "swiglu +1"})
+    ctx = StubContext({"/cand": growth})
+    verdict = check_tp_ep(ctx, plan, candidate())
+    assert verdict.blocking == () and len(ctx.asked) == 1, "a never-blocking item alone needs no stack check"
+    assert verdict.findings == ("zero_token_graphs: swiglu +1 (within the graph budget: recorded, not a rejection)",)
     hf = check_tp_ep(StubContext({}), Plan.model_construct(kind="hf", harness="x"), candidate())
     assert hf.check.status == "UNRUN" and "embedded layer" in hf.check.reason and hf.blocking == ()
 
 
-def test_the_seven_rewrite_stack_builds_at_world_8(tmp_path) -> None:
-    """The stack the H200 runs submitted as one candidate, rejected at world 8 on 2026-12-04
-    (bench/results/2026-12-04-h200-lcp): its regions now do the TP of the weights they are handed."""
-    from bench.tp_ep_stack import STACK, check_stack
+def test_the_device_stack_builds_at_world_8(tmp_path) -> None:
+    """The seven rewrites the H200 runs submitted as one candidate, rejected at world 8 on 2026-12-04
+    (bench/results/2026-12-04-h200-lcp): their regions now do the TP of the weights they are handed. With them,
+    the router's top-k as argmax rounds (router-topk), as bench/h200_lcp.sh submits them."""
+    from bench.tp_ep_stack import DEVICE_STACK, check_stack
 
-    check, blocking = check_stack(STACK, backend="aot_eager", state_dir=tmp_path)
+    check, blocking = check_stack(DEVICE_STACK, backend="aot_eager", state_dir=tmp_path)
     assert blocking == () and check["items"]["rank_0"] == check["items"]["rank_7"] == "PASS", check["failures"]
     assert check["items"]["graph_budget"] == "PASS" and check["zero_token_growth"]["swiglu"] == 1, check
 

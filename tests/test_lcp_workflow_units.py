@@ -239,7 +239,11 @@ def test_sizes_default_by_device_and_options_win():
     assert mixed.timing.warmup == CPU_SIZES.timing.warmup and mixed.source == "cpu defaults"
     given = resolve_sizes({**unset, "tokens": (8, 16, 32), "per_layer_tokens": (16,), "warmup": 1, "iters": 3,
                            "profile_steps": 1}, "cuda")
-    assert given.source == "given" and given.per_layer_tokens == (16,)
+    assert given.source == "given" and given.per_layer_tokens == (16,) and given.why == "as given"
+    why = "2/6/2 steps: a 30-minute device session; 3 fresh processes still within 2% of their median"
+    told = resolve_sizes({**unset, "tokens": (8, 16, 32), "per_layer_tokens": (16,), "warmup": 1, "iters": 3,
+                          "profile_steps": 1, "sizes_why": why}, "cuda")
+    assert told.why == why, "the reason for sizes below the skill's goes into plan.md and the devlog"
 
 
 def test_per_layer_tokens_need_explicit_tokens(tmp_path):

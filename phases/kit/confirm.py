@@ -88,6 +88,15 @@ def _descendants(pid: int) -> set[int]:
     return family
 
 
+def machine_id() -> str:
+    """This boot of this machine and the GPU a run measures on: what a result read back after a cut must share."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "no boot id"
+    return f"boot {boot}, gpu {measured_gpu_uuid() or 'none'}"
+
+
 def host_load() -> float:
     """The host's 1-minute load average now (-1 where the platform has none)."""
     try:

@@ -34,6 +34,8 @@ class MeasureRequest(HarnessRequest):
     num_layers: int = 2
     timing: TimingKnobs = TimingKnobs()
     cuda_graph: bool = True
+    profile: bool = True
+    """Profile kernels; without it the kernel table is empty and says why (a cold-compile run)."""
     ac_mode: str | None = None
     """Activation checkpointing of each layer: none, full or selective; None = the harness's recipe mode."""
     target: str = "."
@@ -86,8 +88,12 @@ def measure_tree(req: MeasureRequest) -> MeasureResult:
     knobs = req.timing
     report(f"timing {knobs.warmup} warm-up + {knobs.iters} steps")
     timing = measure_step(workload.step, warmup=knobs.warmup, iters=knobs.iters, device=req.device)
-    report(f"profiling {knobs.profile_steps} steps")
-    kernels = profile_kernels(workload.step, steps=knobs.profile_steps, device=req.device)
+    if req.profile:
+        report(f"profiling {knobs.profile_steps} steps")
+        kernels = profile_kernels(workload.step, steps=knobs.profile_steps, device=req.device)
+    else:
+        kernels = KernelTable(rows=(), steps=0, activity="cuda" if req.device.startswith("cuda") else "cpu",
+                              note="not profiled (a run that times its steps only)", families=())
     graph = (measure_cuda_graph_replay(workload.step, iters=knobs.iters, device=req.device)
              if req.cuda_graph else NotApplicable(reason="CUDA-graph replay not requested"))
     regions, per_layer = resolve_tree(harness.spec, req.tree)
@@ -116,7 +122,7 @@ def _count_attention(step: object, kernels: KernelTable) -> AttentionCount:
 def _not_applicable(*, timing: Timing, kernels: KernelTable, graph: Timing | NotApplicable) -> dict[str, str]:
     rows = {"peak_memory": timing.peak_memory, "cuda_graph": graph}
     out = {name: row.reason for name, row in rows.items() if isinstance(row, NotApplicable)}
-    if kernels.activity != "cuda":
+    if kernels.activity != "cuda" or not kernels.steps:
         out["kernel_time"] = kernels.note
     if timing.timer == "host":
         out["cuda_event_timing"] = "host timer (time.perf_counter) used: no CUDA device"

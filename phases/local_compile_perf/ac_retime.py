@@ -12,10 +12,9 @@ from typing import Any
 
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf import per_step
-from phases.local_compile_perf.confirmed import build_cells, log_cells, measured, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, log_cells, measured, record_cells
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workers import CONFIRM
 
 RETIME_MODE = "selective"
 
@@ -30,7 +29,7 @@ def measure_under_ac(ctx: PhaseContext, plan: Plan, *, main: str, stack: str) ->
                 Variant(name="regions_stack", checkout=stack, tree="upstream", tokens=(tokens,), ac_mode=RETIME_MODE))
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
                              timing=plan.timing)
-    rows = build_cells(ctx.call(CONFIRM, request, label=f"stack under {RETIME_MODE} AC").model_dump(mode="json"),
+    rows = build_cells(call_confirm(ctx, request, label=f"stack under {RETIME_MODE} AC").model_dump(mode="json"),
                        runs=plan.sizes.runs)
     record_cells(ctx, rows, purpose=f"stack code under {RETIME_MODE} AC")
     log_cells(ctx, rows, prefix=f"under {RETIME_MODE} AC: ")

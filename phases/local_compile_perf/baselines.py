@@ -19,18 +19,19 @@ from phases.kit.attention import GemmRateRequest
 from phases.kit.timing import is_cuda
 from phases.kit.workers import GEMM_RATE
 from phases.local_compile_perf import attention_floor, per_step
-from phases.local_compile_perf.confirmed import build_cells, log_cells, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, log_cells, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Baselines, Cell, Plan
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
 from phases.local_compile_perf.work.traps import TrapRequest
-from phases.local_compile_perf.workers import CONFIRM, TRAPS
+from phases.local_compile_perf.workers import TRAPS
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
     ctx.plan(3)  # the traps, the baselines, and the GEMM rate where the eager step has attention
-    traps = ctx.call(TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device),
+    traps = call_kept(ctx, TRAPS, TrapRequest(harness=plan.harness, tokens=min(plan.tokens), device=plan.device),
                      label="traps").model_dump(mode="json")
     failed = [f for f in traps["findings"] if f["status"] != "pass"]
     log(ctx, "trap checks: " + "; ".join(f"{f['trap']} {f['status']}" for f in traps["findings"]), kind="measurement")
@@ -40,7 +41,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
             data={"traps": traps},
             issues=tuple(Issue(code=f"trap_{f['trap']}", message=f["message"], fix_location=plan.harness)
                          for f in failed))
-    answer = ctx.call(CONFIRM, confirm_request(ctx, plan), label="baselines").model_dump(mode="json")
+    answer = call_confirm(ctx, confirm_request(ctx, plan), label="baselines").model_dump(mode="json")
     rows = build_cells(answer, runs=plan.sizes.runs) + not_applicable_rows(plan)
     record_cells(ctx, rows, purpose="baseline")
     broken = [r for r in rows if r.status == "failed"]
@@ -69,7 +70,7 @@ def check_attention(ctx: PhaseContext, plan: Plan, rows: list[Cell]) -> tuple[di
         log(ctx, "attention vs FLOP floor: no scaled_dot_product_attention call in the eager step (eager "
                  "matmuls or another kernel): no floor", kind="measurement")
         return None, []
-    rate = ctx.call(GEMM_RATE, GemmRateRequest(device=plan.device), label="gemm rate").model_dump(mode="json")
+    rate = call_kept(ctx, GEMM_RATE, GemmRateRequest(device=plan.device), label="gemm rate").model_dump(mode="json")
     ctx.record_measurement(name="gemm_rate_tflops", unit="TFLOP/s", samples=[rate["tflops"]],
                            provenance={"command": f"{GEMM_RATE.ref} device={plan.device}",
                                        "device_name": plan.device_name, "torch": plan.torch, "seed": 0,

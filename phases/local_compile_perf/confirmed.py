@@ -19,6 +19,8 @@ from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf import per_step
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Cell
+from phases.local_compile_perf.work.measure_trees import ConfirmRequest, ConfirmResponse
+from phases.local_compile_perf.workers import CONFIRM
 
 GLUE_EXCLUDED = ("gemm", "attention")
 
@@ -36,6 +38,26 @@ METRICS = (
     Metric(name="kernel_ms", unit="ms", label="profiler kernel time per step"),
     Metric(name="glue_ms", unit="ms", label="profiler glue time per step (not gemm, not attention)"),
 )
+
+
+def call_confirm(ctx: PhaseContext, request: ConfirmRequest, *, label: str) -> ConfirmResponse:
+    """The CONFIRM worker's answer to ``request``, journaled in the run's scratch dir per phase and label.
+
+    A phase cut midway (a device call's limit) and rerun reads back the fresh processes that finished on
+    this machine instead of measuring them again; the devlog says which, and the rows keep every run. A
+    phase that was not cut starts a fresh journal.
+    """
+    from phases.local_compile_perf.resume import kept_path
+
+    journal = kept_path(ctx, label, ".jsonl")
+    if not ctx.interrupted:  # NOTE: runs are read back only into the rerun of the attempt that was cut
+        journal.unlink(missing_ok=True)
+    answer = ctx.call(CONFIRM, request.model_copy(update={"journal": str(journal)}), label=label)
+    if answer.carried:
+        total = len(request.variants) * request.runs
+        log(ctx, f"{label}: {len(answer.carried)} of {total} fresh processes read back from the attempt that was cut, "
+                 f"measured on this machine ({answer.machine}): {', '.join(answer.carried)}", kind="measurement")
+    return answer
 
 
 def glue_ms(result: dict[str, Any]) -> float:
@@ -92,8 +114,10 @@ def _peak(results: list[dict[str, Any]]) -> float | None:
     return None if None in peaks else statistics.median(peaks) / 2**30
 
 
-def record_cells(ctx: PhaseContext, rows: Sequence[Cell], *, purpose: str) -> None:
-    """Record every cited number of ``rows`` with its samples and provenance."""
+def record_cells(ctx: PhaseContext, rows: Sequence[Cell], *, purpose: str, cited: bool = True) -> None:
+    """Record every number of ``rows`` with its samples and provenance; ``cited=False`` for rows of fewer fresh
+    processes than a cited number needs (indicative, as the rewrite deltas' single runs: the audit holds every
+    cited number to its 3 fresh processes)."""
     units = {m.name: m for m in METRICS}
     for row in rows:
         if row.status != "measured":
@@ -102,7 +126,7 @@ def record_cells(ctx: PhaseContext, rows: Sequence[Cell], *, purpose: str) -> No
             ctx.record_measurement(
                 name=name, unit=units[name].unit, samples=list(samples), provenance=row.provenance or {},
                 labels={"purpose": purpose, "variant": row.variant, "tree": row.tree, "tokens": row.tokens,
-                        "what": units[name].label, "cited": True, "value": row.cited[name],
+                        "what": units[name].label, "cited": cited, "value": row.cited[name],
                         "fresh_processes": len(samples), "foreign_pids": list(row.foreign_pids),
                         "launch": "cuda_graph_replay" if name == "replay_ms" else "normal"})
 

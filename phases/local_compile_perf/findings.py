@@ -77,7 +77,7 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     baselines = baselines_result.rows
     bandwidth = ctx.result("ideal_times", IdealTimes).bandwidth
     stack_code = measure_stack_code(ctx, plan, entries[-1]["commit"], bandwidth.tbs) if entries else None
-    deltas = [d for e in entries if (d := measure_rewrite_deltas(ctx, plan, e))]
+    deltas = [d for e in entries if plan.rewrite_deltas and (d := measure_rewrite_deltas(ctx, plan, e))]
     per_tokens = side_by_side(stack_code)
     context = [{"tokens": t, **{v: (c.cited if (c := measured(baselines, v, t)) else None)
                                 for v in ("eager", "upstream", "per_layer")}} for t in plan.tokens]

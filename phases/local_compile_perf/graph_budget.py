@@ -7,7 +7,9 @@ target (75% of the limit, 6 of 8), or when its regions do not compile at all.
 
 Within budget, the candidate is build-checked at world 8 (``tp_ep``: shapes per rank, graphs per
 region, a zero-token rank, on a fake process group), a step-8 check run here because it is cheap
-and a candidate that breaks there cannot be committed: it is rejected before minutes of timing.
+and a candidate that breaks there cannot be committed: it is rejected before minutes of timing. The
+check runs beside the graph count, in its own process (``work/beside``): both compile and time nothing,
+so the phase takes the longer of the two, not their sum; its verdict counts only within budget.
 The correctness phase carries the verdict into its record and table.
 """
 
@@ -15,14 +17,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.graphs import GraphBudgetRequest
+from phases.kit.records import GraphCount
 from phases.kit.workers import GRAPH_BUDGET
 from phases.local_compile_perf.candidates import current, in_checkout, reject
 from phases.local_compile_perf.devlog import log
-from phases.local_compile_perf.records import Plan
-from phases.local_compile_perf.tp_ep import brief, check_tp_ep, summary
+from phases.local_compile_perf.records import ParallelBuildCheck, Plan
+from phases.local_compile_perf.resume import call_kept
+from phases.local_compile_perf.tp_ep import brief, check_call, check_tp_ep, summary, unrun
+from phases.local_compile_perf.work.beside import BesideCall, BesideRequest, BesideResult
+from phases.local_compile_perf.workers import BESIDE
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -30,13 +35,12 @@ def run(ctx: PhaseContext) -> PhaseResult:
     prepared = cand.prepared
     regions = prepared.tree_regions
     request = GraphBudgetRequest(harness=plan.harness, device=plan.device, regions=tuple(regions), tokens=plan.tokens)
-    ctx.plan(3)  # the graph count, then the TP/EP build check of the candidate and (where it fails) of the stack
-    try:
-        count = ctx.call(*in_checkout(prepared.candidate_checkout, GRAPH_BUDGET, request),
-                         label="graph budget").model_dump(mode="json")
-    except WorkerFailed as exc:
+    ctx.plan(2)  # the graph count beside the candidate's TP/EP build check, then (where it fails) the stack's
+    count_result, checked = count_beside_build_check(ctx, plan, prepared, request)
+    if count_result.answer is None:
         return reject(ctx, cand, f"regions {regions} do not compile over the model's shapes: "
-                                 f"{exc.message.splitlines()[-1][:300]}")
+                                 f"{last_words(count_result)}")
+    count = GraphCount.model_validate(count_result.answer).model_dump(mode="json")
     per = count["per_function"] or {"(all regions)": count["unique_graphs"]}
     worst = max(per.values())
     tokens = list(plan.tokens)
@@ -49,7 +53,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     breach = budget_breach(numbers, untouched=cand.untouched_regions)
     if breach:
         return reject(ctx, cand, breach, numbers=numbers)
-    tp_ep = check_tp_ep(ctx, plan, cand)
+    tp_ep = check_tp_ep(ctx, plan, cand, checked=checked)
     ctx.add_record("tp_ep_build_check", tp_ep.model_dump(mode="json"))
     log(ctx, f"{summary(tp_ep)} ({cand.label!r})", kind="measurement")
     if tp_ep.blocking:
@@ -58,6 +62,35 @@ def run(ctx: PhaseContext) -> PhaseResult:
                                                  f"{count['recompile_limit']}; TP/EP build check "
                                                  f"{tp_ep.check.status}",
                        data={"graphs": numbers, "tp_ep": brief(tp_ep)})
+
+
+def count_beside_build_check(ctx: PhaseContext, plan: Plan, prepared: Any,
+                             request: GraphBudgetRequest) -> tuple[BesideResult, ParallelBuildCheck]:
+    """The graph count and the candidate's TP/EP build check, run at once (work/beside: both compile and time
+    nothing): the count's result, and the check (UNRUN with the worker's last words where it gave no answer)."""
+    calls = [beside_call("graph budget", *in_checkout(prepared.candidate_checkout, GRAPH_BUDGET, request))]
+    tp_call = check_call(plan, prepared.candidate_checkout, prepared.tree_regions)
+    if tp_call:
+        calls.append(beside_call("TP/EP build check of the candidate", *tp_call))
+    answer = call_kept(ctx, BESIDE, BesideRequest(calls=tuple(calls)),
+                       label="graph budget beside the TP/EP build check")
+    count_result = answer.results[0]
+    if not tp_call:
+        return count_result, unrun(plan, prepared.tree_regions)
+    tp_result = answer.results[1]
+    if tp_result.answer is None:
+        return count_result, unrun(plan, prepared.tree_regions, f"worker failed: {last_words(tp_result)}")
+    return count_result, ParallelBuildCheck.model_validate(tp_result.answer)
+
+
+def last_words(result: BesideResult) -> str:
+    """The last line of a call's log that gave no answer (its status where the log is empty)."""
+    return result.error.splitlines()[-1][:300] if result.error.strip() else result.status
+
+
+def beside_call(label: str, worker: Any, request: Any) -> BesideCall:
+    return BesideCall(label=label, func=worker.ref, models=worker.models(),
+                      request=worker.request.model_validate(request).model_dump(mode="json"))
 
 
 def budget_breach(numbers: dict[str, Any], *, untouched: Mapping[str, str]) -> str:

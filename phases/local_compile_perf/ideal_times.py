@@ -18,6 +18,7 @@ from phases.kit.bandwidth import BandwidthRequest
 from phases.kit.workers import BANDWIDTH
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.workers import GLUE
@@ -31,7 +32,7 @@ def tb_per_s(tbs: float) -> str:
 def run(ctx: PhaseContext) -> PhaseResult:
     plan = ctx.result("plan", Plan)
     ctx.plan(1 if plan.kind == "hf" else 2)  # the bandwidth, and the glue ops of a torchtitan tree
-    bw = ctx.call(BANDWIDTH, BandwidthRequest(device=plan.device), label="bandwidth").model_dump(mode="json")
+    bw = call_kept(ctx, BANDWIDTH, BandwidthRequest(device=plan.device), label="bandwidth").model_dump(mode="json")
     ctx.record_measurement(name="bandwidth_tbs", unit="TB/s", samples=[bw["tbs"]],
                            provenance={"command": f"{BANDWIDTH.ref} device={plan.device}",
                                        "device_name": plan.device_name,
@@ -47,7 +48,7 @@ def run(ctx: PhaseContext) -> PhaseResult:
     else:
         timing = plan.timing.model_copy(update={"warmup": min(plan.timing.warmup, 3)})
         request = GlueRequest(harness=plan.harness, tokens=tokens, device=plan.device, timing=timing)
-        glue = ctx.call(GLUE, request, label="glue ops").model_dump(mode="json")
+        glue = call_kept(ctx, GLUE, request, label="glue ops").model_dump(mode="json")
         rows = build_gap_rows(glue["ops"], bandwidth_tbs=bw["tbs"])
         for op, row in zip(glue["ops"], rows):
             per_call = {"op": op["op"], "tokens": tokens, "per": "call"}

@@ -49,7 +49,7 @@ def resolve_sizes(options: dict[str, Any], device: str) -> Sizes:
         tokens if options.get("tokens") else base.per_layer_tokens)
     return Sizes(tokens=tokens, per_layer_tokens=per_layer, timing=base.timing.model_copy(update=knobs),
                  runs=options["runs"], source="given" if given else base.source,
-                 why="as given" if given else base.why)
+                 why=(options.get("sizes_why") or "as given") if given else base.why)
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -73,7 +73,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
     plan = Plan(harness=opts["harness"], kind=opts["target_kind"], device=probe["device"],
                 device_name=probe["device_name"], torch=probe["torch"], spec=HarnessSpec(**probe["spec"]), sizes=sizes,
                 budget=opts["budget"], budget_s=resolve_budget_s(opts["budget"]), stop_threshold=STOP_THRESHOLD,
-                correctness_tokens=opts["correctness_tokens"] or min(sizes.tokens), inventory=inventory,
+                correctness_tokens=opts["correctness_tokens"] or min(sizes.tokens),
+                delta_tokens=tuple(opts.get("delta_tokens") or ()), rewrite_deltas=opts.get("rewrite_deltas", True),
+                per_layer_stack=opts.get("per_layer_stack", True), inventory=inventory,
                 started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     ctx.write_artifact("plan.md", ctx.render("plan.md.j2", plan=plan))
     log(ctx, f"plan: budget {opts['budget']}; stop when the remaining gap to ideal or the next candidate's gain "

@@ -46,9 +46,23 @@ class Plan(Record):
     stop_threshold: float
     """Stop when the remaining gap or the next gain is under this share of the layer."""
     correctness_tokens: int
+    delta_tokens: tuple[int, ...] = ()
+    """Token counts of the findings' per-rewrite deltas; () = every per-layer count (runs before the option)."""
+    rewrite_deltas: bool = True
+    """False: the findings leave each rewrite's own delta out (the run's --rewrite-deltas no)."""
+    per_layer_stack: bool = True
+    """False: the findings leave per-layer compile of the stack's own code out (the run's --per-layer-stack no)."""
     inventory: dict[str, Any]
     """Region API, region declarations, override kernels, fp32 precision (plan.probe_inventory)."""
     started_at: str
+
+    @property
+    def left_out(self) -> tuple[str, ...]:
+        """What the run's options leave out of the findings, each with the option that did."""
+        return tuple(text for on, text in (
+            (self.per_layer_stack, "per-layer compile of the stack's own code (the rewrites' share of the gain apart "
+                                   "from the regions'): --per-layer-stack no"),
+            (self.rewrite_deltas, "each rewrite's own delta within a stack entry: --rewrite-deltas no")) if not on)
 
     @property
     def cuda(self) -> bool:

@@ -7,7 +7,8 @@ entry's parent: the parent itself, then the parent plus the first k commits. Eac
 with the regions the stack enabled before the entry plus those of the entry's named regions
 that its commits so far declare (a named region no commit declares: from the first commit).
 
-Each prefix gets one fresh process at the per-layer token counts. The skill labels such
+Each prefix gets one fresh process at the per-layer token counts (or the run's ``--delta-tokens``, a subset of
+them: each prefix compiles its own code cold, so a count costs seconds a prefix). The skill labels such
 single-run per-branch deltas indicative; the entry's 3-process confirmation stays the cited
 number. Measured once per entry (record ``rewrite_deltas``).
 """
@@ -20,14 +21,13 @@ from typing import Any
 import git
 
 from orchestrator.phase_api import PhaseContext
-from phases.local_compile_perf.confirmed import build_cells, measured, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, measured, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Plan
 from phases.local_compile_perf.results import RewriteDeltas
 from phases.local_compile_perf.region_offer import declared_at
 from phases.local_compile_perf.stack import add_detached_worktree, remove_worktree
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workers import CONFIRM
 from phases.local_compile_perf.workspace import replay
 
 BASE = "before"
@@ -80,17 +80,17 @@ def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any])
     root = ctx.scratch_dir / "worktrees" / f"deltas-{entry['commit'][:10]}"
     made = prefix_checkouts(ctx.target, entry, root)
     try:
-        tokens = plan.sizes.per_layer_tokens
+        tokens = plan.delta_tokens or plan.sizes.per_layer_tokens
         variants = tuple(Variant(name=name, checkout=str(path), tokens=tokens,
                                  tree="regions:" + ",".join(prefix_regions(path, entry, base=name == BASE)))
                          for name, path, _subject in made)
         request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=1,
                                  timing=plan.timing)
-        rows = build_cells(ctx.call(CONFIRM, request, label="rewrite deltas").model_dump(mode="json"), runs=1)
+        rows = build_cells(call_confirm(ctx, request, label="rewrite deltas").model_dump(mode="json"), runs=1)
     finally:
         for _name, path, _subject in made:
             remove_worktree(ctx.target, path)
-    record_cells(ctx, rows, purpose=f"rewrite deltas of {entry['branch']}")
+    record_cells(ctx, rows, purpose=f"rewrite deltas of {entry['branch']}", cited=False)
     record = {"commit": entry["commit"], "branch": entry["branch"], "tokens": list(tokens),
               "steps": delta_steps([(name, subject) for name, _path, subject in made], rows, tokens)}
     ctx.add_record("rewrite_deltas", record)

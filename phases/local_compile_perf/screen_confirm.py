@@ -19,12 +19,13 @@ from typing import Any
 from orchestrator.phase_api import PhaseContext, PhaseResult
 from phases.kit.records import spread_pct_of
 from phases.local_compile_perf.candidates import current, in_checkout, reject
-from phases.local_compile_perf.confirmed import build_cells, cell, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, cell, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Candidate, Cell, Judgement, Plan
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.candidate_checks import ScreenRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workers import CONFIRM, SCREEN
+from phases.local_compile_perf.workers import SCREEN
 
 
 def judge(stack: Cell, cand: Cell, metric: str = "wall_ms", *, cuda: bool) -> Judgement:
@@ -69,7 +70,7 @@ def screen(ctx: PhaseContext, plan: Plan, cand: Candidate) -> dict[str, float]:
     request = ScreenRequest(harness=plan.harness, device=plan.device, base_regions=prepared.stack_regions,
                             candidate_regions=tuple(prepared.tree_regions), tokens=middle,
                             iters=max(3, plan.timing.iters // 4))
-    answer = ctx.call(*in_checkout(prepared.candidate_checkout, SCREEN, request), label="screen")
+    answer = call_kept(ctx, *in_checkout(prepared.candidate_checkout, SCREEN, request), label="screen")
     medians = {k: statistics.median(v) for k, v in answer.samples_ms.items()}
     log(ctx, f"screen of {cand.label!r} at {middle} tokens (ranking only, 1 process, rotated): " +
              ", ".join(f"{k} {v:.3f} ms" for k, v in medians.items()), kind="measurement")
@@ -84,7 +85,7 @@ def confirm(ctx: PhaseContext, plan: Plan, cand: Candidate) -> list[Cell]:
                         tree="regions:" + ",".join(prepared.tree_regions), tokens=plan.tokens))
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
                              timing=plan.timing)
-    answer = ctx.call(CONFIRM, request, label="confirm").model_dump(mode="json")
+    answer = call_confirm(ctx, request, label="confirm").model_dump(mode="json")
     rows = build_cells(answer, runs=plan.sizes.runs)
     record_cells(ctx, rows, purpose=f"confirm {cand.id}")
     return [row.model_copy(update={"candidate_id": cand.id}) for row in rows]

@@ -24,7 +24,7 @@ from phases.kit.ideal import ideal_ms
 from phases.local_compile_perf.ac_retime import measure_under_ac
 from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.cold_compile import measure_cold_compile
-from phases.local_compile_perf.confirmed import build_cells, log_cells, measured, record_cells
+from phases.local_compile_perf.confirmed import build_cells, call_confirm, log_cells, measured, record_cells
 from phases.local_compile_perf.devlog import log
 from phases.local_compile_perf.records import Cell, Plan
 from phases.local_compile_perf.results import StackCode, StackCodePart
@@ -32,7 +32,7 @@ from phases.local_compile_perf.stack import add_detached_worktree, recipe_region
 from phases.local_compile_perf.work.best_known import describe, per_call_ms
 from phases.local_compile_perf.work.glue import GlueRequest
 from phases.local_compile_perf.work.measure_trees import ConfirmRequest, Variant
-from phases.local_compile_perf.workers import CONFIRM, GLUE
+from phases.local_compile_perf.workers import GLUE
 
 REACHED_RATIO = 1.5
 """An op within this factor of its ideal time counts as reached."""
@@ -53,6 +53,9 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     if done:
         return done[-1].model_dump(mode="json")
     parts = {p.part: p.data for p in ctx.records(StackCodePart) if p.commit == tip}
+    if parts:
+        log(ctx, f"stack code of {tip[:10]}: {', '.join(parts)} recorded by an earlier attempt, read back; measuring "
+                 "what is missing", kind="measurement")
 
     def once(part: str, measure: Callable[[], Any]) -> Any:
         if part not in parts:
@@ -75,21 +78,27 @@ def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: f
     tokens = plan.sizes.per_layer_tokens
     record = {"commit": tip, "tokens": list(tokens), "regions": list(regions),
               "rows": [r.model_dump(mode="json") for r in rows],
-              "per_tokens": [compare_trees(rows, t) for t in tokens], "glue_tokens": max(plan.tokens),
+              "per_tokens": [compare_trees(rows, t, names=[n for n, _w, _t in trees(plan)]) for t in tokens],
+              "glue_tokens": max(plan.tokens),
               "call_floor_ms": floor, "ops": ops, "cold_compile": cold,
               "under_ac": under_ac}
     ctx.add_record("stack_code", record)
     return record
 
 
+def trees(plan: Plan) -> tuple[tuple[str, str, str], ...]:
+    """TREES, less per-layer compile of the stack's code where the run's --per-layer-stack no leaves it out."""
+    return tuple(t for t in TREES if plan.per_layer_stack or t[0] != "per_layer_stack")
+
+
 def measure_cells(ctx: PhaseContext, plan: Plan, stack: str) -> list[dict[str, Any]]:
-    """TREES interleaved in fresh processes at the per-layer token counts (slim cells)."""
+    """The trees interleaved in fresh processes at the per-layer token counts (slim cells)."""
     checkouts = {"main": str(ctx.target), "stack": stack}
     variants = tuple(Variant(name=name, checkout=checkouts[where], tree=tree, tokens=plan.sizes.per_layer_tokens)
-                     for name, where, tree in TREES)
+                     for name, where, tree in trees(plan))
     request = ConfirmRequest(harness=plan.harness, device=plan.device, variants=variants, runs=plan.sizes.runs,
                              timing=plan.timing)
-    rows = build_cells(ctx.call(CONFIRM, request, label="stack code").model_dump(mode="json"), runs=plan.sizes.runs)
+    rows = build_cells(call_confirm(ctx, request, label="stack code").model_dump(mode="json"), runs=plan.sizes.runs)
     record_cells(ctx, rows, purpose="stack code")
     log_cells(ctx, rows, prefix="stack code: ")
     return [r.slim().model_dump(mode="json") for r in rows]
@@ -121,12 +130,17 @@ def describe_op(row: dict[str, Any], tokens: int) -> str:
             f"{row['measured_ms']:.4f} ms/step ({row['timer']} timer), {ideal}{best}")
 
 
-def compare_trees(rows: list[Cell], tokens: int) -> dict[str, Any]:
-    """Cited wall and glue of the three trees at ``tokens``, and what the comparison says."""
-    cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None) for name, _where, _tree in TREES}
+def compare_trees(rows: list[Cell], tokens: int, *, names: list[str] | None = None) -> dict[str, Any]:
+    """Cited wall and glue of the trees at ``tokens`` (``names``: those measured, default all), and what the
+    comparison of the stack's code under per-layer compile says."""
+    names = names or [name for name, _where, _tree in TREES]
+    cited = {name: (c.cited if (c := measured(rows, name, tokens)) else None) for name in names}
     out: dict[str, Any] = {"tokens": tokens, **cited, "reading": "not measured (a cell FAILED: see the worker log)"}
     if None in cited.values():
         return out
+    if "per_layer_stack" not in cited:
+        return {**out, "reading": "per-layer compile of the stack's code not measured (the run's --per-layer-stack "
+                                  "no): the rewrites' share is not told apart from the regions'"}
     main, code, regions = cited["per_layer_main"], cited["per_layer_stack"], cited["regions_stack"]
     out["reading"] = (f"the rewrites move per-layer compile's glue {_change(main, code, 'glue_ms')} and its wall "
                       f"{_change(main, code, 'wall_ms')} (main -> stack code); regions vs per-layer compile of the "

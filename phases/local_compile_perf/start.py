@@ -52,9 +52,21 @@ class LcpOptions(BaseModel):
     """Warm-up, timed and profiled steps per measurement; default by device (see ``default_sizes``)."""
     correctness_tokens: int | None = None
     """Tokens of the parity captures (default: the smallest token count)."""
+    delta_tokens: tuple[int, ...] = ()
+    """Token counts of the findings' per-rewrite deltas (one fresh process per commit of an entry that holds
+    several); each a per-layer count; default every per-layer count. Fewer counts, less device time."""
+    sizes_why: str | None = None
+    """Why the sizes given as options were chosen (plan.md and the devlog's plan entry say it; default "as given"),
+    e.g. fewer steps than the skill's to fit a device session, with the spread they still keep."""
+    rewrite_deltas: bool = True
+    """Measure each rewrite's own delta where a stack entry holds several commits (``no``: left out, FINDINGS says
+    so; for a device session too short for them)."""
+    per_layer_stack: bool = True
+    """Time per-layer compile of the stack's own code beside the findings' headline trees (the rewrites' share of
+    the gain apart from the regions'; 3 fresh processes a per-layer count; ``no``: left out, FINDINGS says so)."""
     python: str | None = None
 
-    @field_validator("tokens", "per_layer_tokens", mode="before")
+    @field_validator("tokens", "per_layer_tokens", "delta_tokens", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -97,6 +109,10 @@ def prepare(options: LcpOptions, state_dir: str, *, runner: Any = None) -> Prepa
     bad_per_layer = sorted(set(options.per_layer_tokens) - set(options.tokens or ()))
     if bad_per_layer:  # refused before the workspace (or its cache) is made
         raise UsageError(f"--per-layer-tokens {bad_per_layer} are not among --tokens {list(options.tokens)}")
+    bad_delta = sorted(set(options.delta_tokens) - set(options.per_layer_tokens))
+    if bad_delta:
+        raise UsageError(f"--delta-tokens {bad_delta} are not among --per-layer-tokens "
+                         f"{list(options.per_layer_tokens)} (a delta sets per-layer-sized code side by side)")
     target, kind = resolve_target(options.target, state_dir=Path(state_dir))
     harness = options.harness or {"embedded": EMBEDDED_HARNESS, "hf": hf_harness_ref(options.target)}.get(kind)
     if harness and harness.startswith("hf:"):

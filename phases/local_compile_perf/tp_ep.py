@@ -12,8 +12,9 @@ Ruling. The skill makes a failure here a finding for the agent, and a candidate 
 one split by the degree, a crash on a rank, or graphs over the headroom target, when the stack's tip
 passes the same item (the stack is checked only after the candidate failed one). These are recorded and
 shown without a rejection: the zero-token rank's recompile within the budget (one more graph and cold
-compile the first time a rank gets no token), a failure the stack has too (the stack's finding), and
-a check that could not run (UNRUN, with the reason). A job on real ranks is not submitted here.
+compile the first time a rank gets no token; the stack is not checked for it, since it never blocks), a
+failure the stack has too (the stack's finding), and a check that could not run (UNRUN, with the reason).
+A job on real ranks is not submitted here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from orchestrator.errors import WorkerFailed
 from orchestrator.phase_api import PhaseContext
 from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.records import Candidate, ParallelBuildCheck, Plan, TpEpVerdict
+from phases.local_compile_perf.resume import call_kept
 from phases.local_compile_perf.work.tp_ep_check import ParallelCheckRequest
 from phases.local_compile_perf.workers import TP_EP
 
@@ -32,20 +34,30 @@ WORLD_SIZE, TP, EP = 8, 8, 8
 NEVER_BLOCKS = ("zero_token_graphs",)
 
 
-def build_check(ctx: PhaseContext, plan: Plan, checkout: str, regions: list[str], label: str) -> ParallelBuildCheck:
-    """The worker's check of ``checkout`` with ``regions``; a worker that dies is an UNRUN with its message."""
-    base = dict(world_size=WORLD_SIZE, tp=TP, ep=EP, regions=tuple(regions))
+def check_call(plan: Plan, checkout: str, regions: list[str] | tuple[str, ...]) -> tuple[Any, Any] | None:
+    """The (worker, request) of the build check of ``checkout`` with ``regions``; None where it cannot run."""
     if plan.kind != "embedded":
-        return ParallelBuildCheck(status="UNRUN", reason=f"{plan.kind} target: the build check is written for "
-                                  "the embedded layer", **base)
+        return None
     request = ParallelCheckRequest(harness=plan.harness, device="cpu", regions=tuple(regions),
                                    world_size=WORLD_SIZE, tp=TP, ep=EP)
+    return in_checkout(checkout, TP_EP, request)
+
+
+def unrun(plan: Plan, regions: list[str] | tuple[str, ...], reason: str = "") -> ParallelBuildCheck:
+    """The check that did not run: for a target it is not written for, or with the worker's last words."""
+    why = reason or f"{plan.kind} target: the build check is written for the embedded layer"
+    return ParallelBuildCheck(status="UNRUN", reason=why, world_size=WORLD_SIZE, tp=TP, ep=EP, regions=tuple(regions))
+
+
+def build_check(ctx: PhaseContext, plan: Plan, checkout: str, regions: list[str], label: str) -> ParallelBuildCheck:
+    """The worker's check of ``checkout`` with ``regions``; a worker that dies is an UNRUN with its message."""
+    call = check_call(plan, checkout, regions)
+    if call is None:
+        return unrun(plan, regions)
     try:
-        answer = ctx.call(*in_checkout(checkout, TP_EP, request), label=label)
+        return call_kept(ctx, *call, label=label)
     except WorkerFailed as exc:
-        return ParallelBuildCheck(status="UNRUN", reason=f"worker failed: {exc.message.splitlines()[-1][:300]}",
-                                  **base)
-    return answer
+        return unrun(plan, regions, f"worker failed: {exc.message.splitlines()[-1][:300]}")
 
 
 def rule(check: ParallelBuildCheck, stack: ParallelBuildCheck | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -66,13 +78,17 @@ def rule(check: ParallelBuildCheck, stack: ParallelBuildCheck | None) -> tuple[t
     return tuple(blocking), tuple(findings)
 
 
-def check_tp_ep(ctx: PhaseContext, plan: Plan, cand: Candidate) -> TpEpVerdict:
-    """Run the build check on the candidate (and on the stack when the candidate fails an item) and rule."""
+def check_tp_ep(ctx: PhaseContext, plan: Plan, cand: Candidate, *,
+                checked: ParallelBuildCheck | None = None) -> TpEpVerdict:
+    """Run the build check on the candidate (unless ``checked`` is its check, run beside the graph count), on the
+    stack when the candidate fails an item that can block, and rule."""
     prepared = cand.prepared
-    check = build_check(ctx, plan, prepared.candidate_checkout, prepared.tree_regions,
-                        label="TP/EP build check of the candidate")
+    check = checked or build_check(ctx, plan, prepared.candidate_checkout, prepared.tree_regions,
+                                   label="TP/EP build check of the candidate")
     stack = None
-    if check.failed_items:
+    # NOTE: an item that never blocks rules the same whether the stack fails it or not; checking the stack
+    # for it alone costs a minute of device time (58 s on the H200, bench/results/2026-12-04-h200-lcp)
+    if set(check.failed_items) - set(NEVER_BLOCKS):
         stack = build_check(ctx, plan, prepared.stack_checkout, list(prepared.stack_regions),
                             label="TP/EP build check of the stack")
     blocking, findings = rule(check, stack)

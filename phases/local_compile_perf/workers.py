@@ -10,6 +10,7 @@ from __future__ import annotations
 from orchestrator.phase_api import Worker
 from phases.kit.records import Correctness, ScreenResult
 from phases.local_compile_perf.records import ParallelBuildCheck
+from phases.local_compile_perf.work.beside import BesideAnswer, BesideRequest
 from phases.local_compile_perf.work.candidate_checks import (
     CaptureAnswer, CorrectnessRequest, SaveCaptureRequest, ScreenRequest,
 )
@@ -28,3 +29,4 @@ SCREEN = Worker(f"{_WORK}.candidate_checks:screen_worker", ScreenRequest, Screen
 CAPTURE = Worker(f"{_WORK}.candidate_checks:capture_worker", SaveCaptureRequest, CaptureAnswer)
 COMPARE = Worker(f"{_WORK}.candidate_checks:compare_worker", CorrectnessRequest, Correctness)
 TP_EP = Worker(f"{_WORK}.tp_ep_check:tp_ep_worker", ParallelCheckRequest, ParallelBuildCheck)
+BESIDE = Worker(f"{_WORK}.beside:beside_worker", BesideRequest, BesideAnswer)
