@@ -3,7 +3,8 @@
 One real run on the embedded torchtitan 0.3.0 workspace (Qwen3-30B-A3B, clean on 0.3.0) carries them all, to keep
 CI's cost at one start: the first bug is in the experiment folder before the run starts, and the probe's semantic
 checks catch it on their 8-expert twin; fixed, it is left again after the probe and numerics finds it; each later
-one is the agent's next edit while the run waits at numerics (as in the agent's loop, the probe does not run again). Each step applies the reference fix of the standing finding and leaves the next bug
+one is the agent's next edit while the run waits at numerics (as in the agent's loop, the probe does not run
+again). Each step applies the reference fix of the standing finding and leaves the next bug
 (tests/moe_reference_fixes_numerics.py), advances only the numerics phase (``max_phases=1``), and sees the old
 finding gone and exactly the new one standing, naming the file the fix changes. After the last fix the run leaves
 numerics. The declared contract (phases/add_moe_model/fixability_numerics.py) names this test for these codes.
