@@ -82,8 +82,8 @@ def test_jetmoe_experts_outside_an_experts_module_are_read_and_converted(tmp_pat
 
     engine.resume(run_id, {BLOCKER_KEY: "continue_anyway"}, store=store, advance_after=False)
     after = _reprobe(store, run_id, target, layouts.jetmoe_experts)
-    # The routing comparison gives the target HF's gate and at most a correction bias; JetMoe's block also holds
-    # its output bias, so the comparison cannot be made: a person's finding (it was silent before issue 37).
+    # The routing comparison reads HF's per-token experts and weights; JetMoe's router hands its experts sorted
+    # index lists instead, so the comparison cannot be made: a person's finding (it was silent before issue 37).
     assert _codes(after) == {"moe_output_bias_unsupported", "attention_projection_unhandled",
                              "routing_check_not_run"}, after["issues"]
     probe = after["results"]["probe"]

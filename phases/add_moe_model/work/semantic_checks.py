@@ -146,10 +146,11 @@ def check_output_contract(hf_block: Any, swapped: Any, *, hidden: int) -> list[C
     ]
 
 
-def hf_routing(hf_block: Any, x: Any, *, top_k: int) -> tuple[Any, Any] | None:
-    """(expert ids, weights), each (T, K), that HF's block routes tokens ``x`` (T, H) with: what it hands its
-    experts as ``experts(hidden, top_k_index, top_k_weights)``, else what its router returns as dense (T, E)
-    weights with ``top_k`` nonzero per token (Llama 4); None when it shows neither."""
+def hf_routing(hf_block: Any, x: Any, *, top_k: int) -> tuple[Any, Any, Any] | None:
+    """(expert ids, weights, router input): the ids and weights, each (T, K), that HF's block routes tokens ``x``
+    (T, H) with: what it hands its experts as ``experts(hidden, top_k_index, top_k_weights)``, else what its
+    router returns as dense (T, E) weights with ``top_k`` nonzero per token (Llama 4); and what its router was
+    given, (T, H) (a norm before the router is the block's). None when it shows no routing."""
     import torch
 
     seen: dict[str, Any] = {}
@@ -157,6 +158,11 @@ def hf_routing(hf_block: Any, x: Any, *, top_k: int) -> tuple[Any, Any] | None:
     def capture(_module: Any, args: tuple, kwargs: dict) -> None:
         if len(args) >= 3 and not torch.is_floating_point(args[1]):
             seen["ids"], seen["weights"] = args[1], args[2]
+
+    def given(_module: Any, args: tuple, kwargs: dict) -> None:
+        found = args[0] if args else kwargs.get("hidden_states")
+        if torch.is_tensor(found) and found.shape[-1] == x.shape[-1] and found.numel() == x.numel():
+            seen.setdefault("router_in", found.reshape(x.shape))
 
     def dense(_module: Any, _args: tuple, out: Any) -> None:
         for tensor in out if isinstance(out, tuple) else (out,):
@@ -168,18 +174,19 @@ def hf_routing(hf_block: Any, x: Any, *, top_k: int) -> tuple[Any, Any] | None:
     experts = getattr(hf_block, "experts", None)
     handles = [experts.register_forward_pre_hook(capture, with_kwargs=True)] if experts is not None else []
     if router is not None:
-        handles.append(router.register_forward_hook(dense))
+        handles += [router.register_forward_hook(dense), router.register_forward_pre_hook(given, with_kwargs=True)]
     try:
         with torch.no_grad():
             hf_block(x.unsqueeze(0))
     finally:
         for handle in handles:
             handle.remove()
+    given_x = seen.get("router_in", x)
     if "ids" in seen:
-        return seen["ids"].reshape(x.shape[0], -1), seen["weights"].reshape(x.shape[0], -1)
+        return seen["ids"].reshape(x.shape[0], -1), seen["weights"].reshape(x.shape[0], -1), given_x
     if "dense" in seen:
         weights, ids = seen["dense"].topk(top_k, dim=-1)
-        return ids, weights
+        return ids, weights, given_x
     return None
 
 
@@ -189,7 +196,10 @@ def titan_router(swapped: Any) -> Any | None:
 
 def plain_gate(hf_block: Any, experts: int, hidden: int) -> tuple[Any, Any] | None:
     """HF's router as one linear map (E, H) and at most a correction bias of E values used to choose experts
-    (flattened: ERNIE keeps it (1, E)); the linear is the router itself or its one submodule of that shape."""
+    (flattened: ERNIE keeps it (1, E); HY-V3 keeps it on the block). The linear is the router itself or its one
+    submodule of that shape; any other state of the router (an MLP, scales) is a rule the comparison cannot give
+    the target. State of the block after the router (a norm, an output bias) does not route: the comparison
+    gives the target's router what HF's router received."""
     router = getattr(hf_block, "gate", None) or getattr(hf_block, "router", None)
     if router is None:
         return None
@@ -197,13 +207,14 @@ def plain_gate(hf_block: Any, experts: int, hidden: int) -> tuple[Any, Any] | No
               if tuple(getattr(getattr(m, "weight", None), "shape", ())) == (experts, hidden)]
     if len(shaped) != 1:
         return None
-    linear, weight = shaped[0], shaped[0].weight
-    named = {**dict(hf_block.named_parameters()), **dict(hf_block.named_buffers())}
-    gate_names = {n for n, t in named.items() if t is weight or t is getattr(linear, "bias", None)}
-    rest = {n: t for n, t in named.items() if n not in gate_names and not n.startswith("experts.")
-            and not n.startswith("shared")}
-    biases = [t for n, t in rest.items() if "bias" in n.rsplit(".", 1)[-1] and t.numel() == experts]
-    if len(rest) != len(biases) or len(biases) > 1:
+    linear = shaped[0]
+    gate = {id(linear.weight), id(getattr(linear, "bias", None))}
+    own = [(n, t) for n, t in [*router.named_parameters(), *router.named_buffers()] if id(t) not in gate]
+    outside = [(n, t) for n, t in [*hf_block.named_parameters(recurse=False), *hf_block.named_buffers(recurse=False)]
+               if t.numel() == experts]
+    biases = [t for n, t in own + outside if "bias" in n.rsplit(".", 1)[-1] and t.numel() == experts]
+    if len(own) != len([t for n, t in own if "bias" in n.rsplit(".", 1)[-1] and t.numel() == experts]) \
+            or len(biases) > 1:
         return None
     return linear, (biases[0].reshape(-1) if biases else None)
 
@@ -280,12 +291,15 @@ def check_routing(hf_block: Any, swapped: Any, *, hidden: int) -> list[CompatIss
         return [routing_not_run(f"HF's {type(hf_block).__name__} neither calls its experts as experts(hidden, "
                                 "top_k_index, top_k_weights) nor has its router return per-token weights with top-k "
                                 "nonzero, where the comparison reads its routing")]
+    hf_ids, hf_weights, given = seen
     with torch.no_grad():
         router.gate.weight.copy_(gate.weight)
         if getattr(gate, "bias", None) is not None:
             router.gate.bias.copy_(gate.bias)
-        weights, ids = router(x.unsqueeze(0), None if bias is None else bias.detach().float())[:2]
-        logits = torch.nn.functional.linear(x, gate.weight, getattr(gate, "bias", None))
+        given = given.to(gate.weight.dtype)
+        weights, ids = router(given.unsqueeze(0), None if bias is None else bias.detach().float())[:2]
+        logits = torch.nn.functional.linear(given, gate.weight, getattr(gate, "bias", None))
+    seen = hf_ids, hf_weights
     agree = same_routing(ids.reshape(seen[0].shape), weights.reshape(seen[1].shape), *seen)
     if bool(agree.all()):
         return []
