@@ -85,24 +85,3 @@ def test_no_gap_or_numerics_text_names_a_cause_by_inference() -> None:
     found = [f"{rel}:{n}: {line.strip()}" for rel in GAP_TEXT_FILES
              for n, line in enumerate((ROOT / rel).read_text().splitlines(), 1) if BANNED.search(line)]
     assert found == []
-
-
-def test_the_commit_messages_numerics_caveat_says_how_its_gap_analysis_ended() -> None:
-    from phases.add_moe_model.caveats import caveat_lines
-    from phases.add_moe_model.records import Results
-
-    def results(*rows: tuple, explanation: str = "") -> Results:
-        made = [{"label": label, "patch_id": patch, "attempt": 1, "max_diff": diff, "kl": None, "description": text,
-                 "log": ""} for label, patch, diff, text in rows]
-        return Results.model_validate({"numerics": {"verdict": {"status": "WARN", "kl": 1e-6, "max_diff": 3.9e-3}},
-                                       "gap_analysis": {"rows": made, "explanation": explanation}})
-
-    closed = results(("baseline", None, 3.9e-3, "Phase 3 verdict (WARN)"), ("+fp32 combine accumulation", "p1", 3.9e-3,
-                     ""), ("trace", None, 3.9e-3, "stage trace"), ("+fp32 router gate", "p2", 0.0, "router logits"))
-    assert caveat_lines(closed) == ["numerics WARN; its gap analysis reached max_diff 0.00 with the last of 2 "
-                                    "temporary core patches (+fp32 router gate), all reverted"]
-    waived = results(("baseline", None, 3.9e-3, ""), ("trace", None, 3.9e-3, ""),
-                     ("not explained", None, 3.9e-3, "residual not explained: ..."),
-                     explanation="residual not explained: the stage trace's first divergence is routing")
-    assert caveat_lines(waived) == ["numerics WARN; its gap analysis: residual not explained: the stage trace's "
-                                    "first divergence is routing"]
