@@ -59,13 +59,15 @@ def test_commands_run_the_trainer_module_not_torchruns_module_flag() -> None:
 
 
 def test_job_script_is_valid_bash_and_leaves_a_log_and_exit_status_per_row(tmp_path: Path) -> None:
-    ctx = SimpleNamespace(render=partial(render_template, "add_moe_model"), options={"model_id": "Qwen/Qwen3-30B-A3B"},
+    options = {"model_id": "/home/me/acme/config.json", "model_source": "config", "model_name": "Acme-MoE-16E"}
+    ctx = SimpleNamespace(render=partial(render_template, "add_moe_model"), options=options,
                           run_id="add-moe-model-x", target=tmp_path)
     script = job_script(ctx, PATHS, matrix(2), python="/usr/bin/python3")
     path = tmp_path / "sbatch.sh"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
     assert "#SBATCH --gpus-per-node=4" in script and "ASSETS=${ASSETS:-/r/trainer}" in script
+    assert "matrix for Acme-MoE-16E (run add-moe-model-x)" in script and "config.json" not in script
     assert "orchestrator resume add-moe-model-x --results $RESULTS" in script
     for row in matrix(2):
         assert f'> "$RESULTS/{row.slug}.log" 2>&1' in script and f'"$RESULTS/{row.slug}.rc"' in script

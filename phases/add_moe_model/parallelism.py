@@ -36,6 +36,7 @@ from phases.add_moe_model.parallel_matrix import (
 )
 from phases.add_moe_model.parallel_jobs import WAITING, job_row, waiting_summary
 from phases.add_moe_model.error_triage import NOT_THE_AGENTS, frame_file, in_experiment
+from phases.add_moe_model.model_source import model_name
 from phases.add_moe_model.layer_table import kinds_of_layers, synthetic_layers
 from phases.add_moe_model.records import Parallelism, Results, Synthetic, TorchrunRow
 from phases.add_moe_model.workers import ASSETS, BUILD_CHECK
@@ -83,7 +84,8 @@ def run(ctx: PhaseContext) -> PhaseResult:
             for row in matrix(ngpu)]
     ctx.write_artifact("parallelism.json", json.dumps({"gpus": ngpu, "fsdp": fsdp, "rows": rows}, indent=2) + "\n")
     ctx.write_artifact("parallelism/sbatch.sh", job_script(ctx, paths, matrix(ngpu), python=python))
-    ctx.write_artifact("parallelism.md", ctx.render("parallelism_report.md.j2", model_id=ctx.options["model_id"],
+    ctx.write_artifact("parallelism.md", ctx.render("parallelism_report.md.j2",
+                                                    model_name=model_name(dict(ctx.options)),
                                                     gpus=ngpu, fsdp=fsdp, compat=assets["compat"], rows=rows))
     data = {"build_check": checks, "rows": rows, "gpus": ngpu, "fsdp": fsdp, "torch_compat": assets["compat"],
             "tree": tree_state(ctx.target)}
@@ -260,7 +262,7 @@ def job_script(ctx: PhaseContext, paths: TrainerPaths, rows: list[Row], *, pytho
     rows = [{"config": r.config, "slug": r.slug, "world_size": r.world_size,
              "command": shell_words(trainer_command(r, variables, python="$PYTHON"))} for r in rows]
     return ctx.render("sbatch.sh.j2", rows=rows, gpus=max(r["world_size"] for r in rows),
-                      model_id=ctx.options["model_id"], run_id=ctx.run_id,
+                      model_name=model_name(dict(ctx.options)), run_id=ctx.run_id,
                       assets=str(Path(paths.hf_config).parent), target=str(ctx.target), project=PROJECT_ROOT,
                       python=python)
 
