@@ -135,13 +135,19 @@ def keep_reachable(target: str | Path, *, run_id: str, tree: str) -> None:
         git_out(target, "update-ref", ref, tree)
 
 
-@contextlib.contextmanager
-def tool_edit(run: Any, *, tool: str, call_id: str) -> Iterator[None]:
-    """Around a file tool call: first what changed outside the tools since the last record, then the call's edit."""
+def record_outside(run: Any) -> Any:
+    """Record what changed outside the tools since the last record (``abort``, before a tool's own edit)."""
     from orchestrator.workflow import load_workflow
 
     workflow = load_workflow(run.state["workflow"])
     record_edits(run, workflow, by="outside")
+    return workflow
+
+
+@contextlib.contextmanager
+def tool_edit(run: Any, *, tool: str, call_id: str) -> Iterator[None]:
+    """Around a file tool call: first what changed outside the tools since the last record, then the call's edit."""
+    workflow = record_outside(run)
     try:
         yield
     finally:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from orchestrator.trail import events as ev
 from orchestrator.context import json_safe, phase_context
 from orchestrator.answers import validate_answer
-from orchestrator.edits import record_edits
+from orchestrator.edits import record_edits, record_outside
 from orchestrator.errors import EXIT_OK, OrchestratorError, RunIsFinished, UsageError, WorkerFailed
 from orchestrator.fix_index import after_completion
 from orchestrator.trail.snapshot import TERMINAL, exit_code_for
@@ -166,6 +166,7 @@ def abort(run_id: str, reason: str, *, store: RunStore, actor: str = "human") ->
 
     with store.open_run(run_id) as run:
         refuse_terminal(run.state)
+        record_outside(run)
         cancelled = cancel_open(run.state)
         if cancelled:
             run.append(ev.NoteAdded(kind="engine", text=f"scancel of the run's job(s) {', '.join(cancelled)}"))

@@ -121,3 +121,20 @@ def test_a_ref_lock_a_killed_command_left_does_not_stop_the_next_record(agent_en
     recorded = [e["data"]["tree_after"] for e in store.read_events(run_id) if e["type"] == "edit_recorded"]
     assert len(recorded) == 2 and git(toy_repo, "rev-parse", f"refs/orchestrator/edits/{run_id}").strip() == \
         recorded[-1] and not lock.exists()
+
+
+def test_an_abort_records_the_edits_made_since_the_last_record(agent_env: None, toy_repo: Path,
+                                                               tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "state")
+    caller = Caller(store)
+    run_id = run_to_fix(caller, toy_repo)
+    assert caller("write_file", run_id=run_id, path="allowed/a.txt", content="one\n").status == "ok"
+    (toy_repo / "allowed" / "a.txt").write_text("two, by hand\n")
+    aborted = cli("abort", run_id, "--reason", "giving up on this model", state_dir=store.state_dir)
+    assert aborted.returncode == 0, aborted.stderr
+    events = store.read_events(run_id)
+    assert events[-1]["type"] == "run_aborted"
+    [edit] = [e["data"] for e in events if e["type"] == "edit_recorded" and e["data"]["by"] == "outside"]
+    assert list(edit["files"]) == ["allowed/a.txt"]
+    blob = git(toy_repo, "hash-object", str(toy_repo / "allowed" / "a.txt")).strip()
+    assert edit["files"]["allowed/a.txt"]["after"] == blob
