@@ -100,6 +100,9 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
                                        "with it yet"), answered.message
     done = cli("advance", run_id, "--json", state_dir=state, timeout=1500)
     assert done.returncode == 3 and _json(done)["pending"][0]["key"] == "open_prs", done.stderr[-2000:]
+    findings_lines = [line for line in done.stderr.splitlines() if "findings: " in line and "| phase step" in line]
+    assert findings_lines and all(re.search(r"\| phase step \d+ of \d+", line) for line in findings_lines), \
+        done.stderr[-3000:]
     finished = cli("resume", run_id, "--answer", "open_prs=no", "--json", state_dir=state, timeout=600)
     assert finished.returncode == 0 and _json(finished)["status"] == "done", finished.stderr[-2000:]
     audit = cli("audit", run_id, state_dir=state)

@@ -20,11 +20,11 @@ from phases.local_compile_perf.glue_bar import GLUE_BAR_PCT, judge_glue_bar
 from phases.local_compile_perf.pr_lint import lint_pr_text
 from phases.local_compile_perf.records import Baselines, Candidate, Plan
 from phases.local_compile_perf.results import CandidateVerdict, IdealTimes, PrDecision
-from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas
+from phases.local_compile_perf.rewrite_deltas import measure_rewrite_deltas, rewrite_deltas_left
 from phases.local_compile_perf.skill_feedback import collect_feedback
 from phases.local_compile_perf.timing_notes import headline_per_step, section_loads
 from phases.local_compile_perf.stack import is_ancestor, stack_entries
-from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code
+from phases.local_compile_perf.stack_code import REACHED_RATIO, measure_stack_code, stack_code_calls_left
 
 NOT_TESTED_CUDA = ("best-known kernels beyond Liger-Kernel's RMSNorm, SwiGLU and RoPE: quack and FA4 need "
                    "nvidia-cutlass-dsl's CUDA 13 libraries (a 92 MB wheel) and Transformer Engine builds its PyTorch "
@@ -76,6 +76,8 @@ def build_summary(ctx: PhaseContext) -> dict[str, Any]:
     baselines_result = ctx.result("baselines", Baselines)
     baselines = baselines_result.rows
     bandwidth = ctx.result("ideal_times", IdealTimes).bandwidth
+    ctx.plan((stack_code_calls_left(ctx, plan, entries[-1]["commit"]) if entries else 0)
+             + sum(plan.rewrite_deltas and rewrite_deltas_left(ctx, e) for e in entries))
     stack_code = measure_stack_code(ctx, plan, entries[-1]["commit"], bandwidth.tbs) if entries else None
     deltas = [d for e in entries if plan.rewrite_deltas and (d := measure_rewrite_deltas(ctx, plan, e))]
     per_tokens = side_by_side(stack_code)

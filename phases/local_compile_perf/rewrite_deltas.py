@@ -70,6 +70,12 @@ def prefix_regions(path: Path, entry: dict[str, Any], *, base: bool) -> tuple[st
     return tuple(dict.fromkeys([*before, *reached]))
 
 
+def rewrite_deltas_left(ctx: PhaseContext, entry: dict[str, Any]) -> bool:
+    """Whether ``entry``'s rewrite deltas are still to measure (one worker call): unrecorded, two commits or more."""
+    recorded = any(r.commit == entry["commit"] for r in ctx.records(RewriteDeltas))
+    return not recorded and len(entry_commits(ctx.target, entry)) >= 2
+
+
 def measure_rewrite_deltas(ctx: PhaseContext, plan: Plan, entry: dict[str, Any]) -> dict[str, Any] | None:
     """The ``rewrite_deltas`` record of ``entry`` (None when it holds one commit or fewer)."""
     done = [r for r in ctx.records(RewriteDeltas) if r.commit == entry["commit"]]

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from orchestrator.phase_api import PhaseContext
 from phases.kit.ideal import ideal_ms
-from phases.local_compile_perf.ac_retime import measure_under_ac
+from phases.local_compile_perf.ac_retime import RETIME_MODE, measure_under_ac
 from phases.local_compile_perf.candidates import in_checkout
 from phases.local_compile_perf.cold_compile import measure_cold_compile
 from phases.local_compile_perf.confirmed import build_cells, call_confirm, log_cells, measured, record_cells
@@ -41,6 +41,19 @@ FLOOR_FACTOR = 3.0
 TREES = (("upstream_main", "main", "upstream"), ("per_layer_main", "main", "per_layer"),
          ("regions_stack", "stack", "upstream"), ("per_layer_stack", "stack", "per_layer"))
 """Measured side by side (interleaved fresh processes): the findings' headline compares these rows only."""
+
+
+PARTS = ("cells", "glue", "cold_compile", "under_ac")
+"""The stack code's measurements, one worker call each (``under_ac`` none where the recipe's AC is already it)."""
+
+
+def stack_code_calls_left(ctx: PhaseContext, plan: Plan, tip: str) -> int:
+    """How many of ``tip``'s stack-code measurements no attempt has recorded yet (findings' progress total)."""
+    if any(r.commit == tip for r in ctx.records(StackCode)):
+        return 0
+    recorded = {p.part for p in ctx.records(StackCodePart) if p.commit == tip}
+    calling = [part for part in PARTS if part != "under_ac" or plan.spec.ac_mode != RETIME_MODE]
+    return len([part for part in calling if part not in recorded])
 
 
 def measure_stack_code(ctx: PhaseContext, plan: Plan, tip: str, bandwidth_tbs: float) -> dict[str, Any]:
