@@ -59,3 +59,18 @@ def test_the_router_rule_is_checked_behind_leading_dense_layers(tmp_path: Path):
                        "    route_scale = 1.0  # the scale dropped\n")
     found = routing_issues(call_worker(PROBE, source, target=target))["router_rule_mismatch"]
     assert "route_scale=1.0" in found["message"] and "route_scale=2.5" in found["message"], found["message"]
+
+
+def test_a_scale_hf_applies_after_its_experts_is_the_routers_route_scale(tmp_path: Path):
+    """BEAM's router hands its experts unscaled weights and the block multiplies their output by
+    routed_scaling_factor (2.5); Titan's router scales the weights. A blind agent was told to set route_scale=1
+    ("routes 64 of 64 tokens differently"), which would drop the factor: the same routing is no finding, and a
+    target that does drop the scale is caught, with HF's rule at 2.5."""
+    assert routing_issues(probe_in_process("type:beam")) == {}
+    source = {"source": resolve_model_source("type:beam").model_dump(mode="json")}
+    target = new_run_workspace(tmp_path / "state")
+    fixes.replace_once(target, fixes.MOE, '    # Route scaling factor (DeepSeek V2/V3)\n'
+                       '    route_scale = getattr(config, "routed_scaling_factor", 1.0)\n',
+                       "    route_scale = 1.0  # the scale dropped\n")
+    found = routing_issues(call_worker(PROBE, source, target=target))["router_rule_mismatch"]
+    assert "route_scale=1.0" in found["message"] and "route_scale=2.5" in found["message"], found["message"]

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 from phases.add_moe_model.compat import EXP, CompatIssue
+from phases.add_moe_model.work.expert_scale import factor_after_experts
 
 MOE_REPLACEMENT = f"{EXP}/moe_replacement.py"
 TOKEN_DISPATCHER = "torchtitan/models/common/token_dispatcher.py"
@@ -265,8 +266,8 @@ def router_groups(router: Any) -> tuple[int, int] | None:
 
 
 def check_routing(hf_block: Any, swapped: Any, *, hidden: int) -> list[CompatIssue]:
-    """HF's routing (experts and weights per token) against the target's own router given HF's gate weights;
-    a finding saying why when the comparison cannot be made."""
+    """HF's routing (experts per token, and weights times the factor HF's block applies after its experts) against
+    the target's own router given HF's gate weights; a finding saying why when the comparison cannot be made."""
     import torch
 
     router = titan_router(swapped)
@@ -299,7 +300,8 @@ def check_routing(hf_block: Any, swapped: Any, *, hidden: int) -> list[CompatIss
         given = given.to(gate.weight.dtype)
         weights, ids = router(given.unsqueeze(0), None if bias is None else bias.detach().float())[:2]
         logits = torch.nn.functional.linear(given, gate.weight, getattr(gate, "bias", None))
-    seen = hf_ids, hf_weights
+    factor = factor_after_experts(getattr(hf_block, "experts", None), lambda: hf_block(x.unsqueeze(0)))
+    seen = hf_ids, hf_weights * (1.0 if factor is None else factor)
     agree = same_routing(ids.reshape(seen[0].shape), weights.reshape(seen[1].shape), *seen)
     if bool(agree.all()):
         return []

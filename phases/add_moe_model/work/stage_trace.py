@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from phases.add_moe_model.work.numerics import CompareRequest
+from phases.add_moe_model.work.expert_scale import hf_factor_after_experts, scaled_note, scaled_weights
 
 ROUTER_LOGITS = "router logits"
 ROUTING = "routing"
@@ -114,7 +115,8 @@ def _trace(bench: Any, *, dtype: str) -> TraceResult:
     params = moe_blocks.probe_moe_params(bench.site, bench.config)
     if bench.site.kind == "layer":
         params = {**params, "shared_expert_info": None}  # routed experts only, as the verdict compares
-    hf = capture_hf(bench, dtype=dt, device=dev, experts=params["num_experts"])
+    factor = hf_factor_after_experts(bench, device=dev)
+    hf = {**capture_hf(bench, dtype=dt, device=dev, experts=params["num_experts"]), "factor": factor or 1.0}
     titan = moe_blocks.build_titan_moe(params, bench.config, device=dev, dtype=dt)
     moe_blocks.load_through_adapter(titan, bench.site)
     layout = detect_moe_layout(titan, hidden=bench.config.hidden_size)
@@ -260,7 +262,7 @@ def routing_stage(hf: dict[str, Any], tt: dict[str, Any]) -> StageRow:
     if routing is None:
         return StageRow(stage=ROUTING, detail=f"not measured: {hf['why_no_routing']}")
     k = routing["ids"].shape[-1]
-    hf_ids, hf_w = routing["ids"].reshape(-1, k), routing["weights"].reshape(-1, k)
+    hf_ids, hf_w = routing["ids"].reshape(-1, k), scaled_weights(hf).reshape(-1, k)
     tt_ids, tt_w = tt["ids"].reshape(-1, tt["ids"].shape[-1]), tt["scores"].reshape(-1, tt["scores"].shape[-1])
     if hf_ids.shape != tt_ids.shape:
         return StageRow(stage=ROUTING, detail=f"not measured: HF routes {tuple(hf_ids.shape)}, Titan "
@@ -273,7 +275,7 @@ def routing_stage(hf: dict[str, Any], tt: dict[str, Any]) -> StageRow:
     if bool(same.any()):
         weights = _max_diff(hf_w.gather(-1, hp)[same], tt_w.gather(-1, tp)[same])
     detail = (f"{moved} of {len(same)} tokens go to other experts; weights of the others differ by "
-              f"{'-' if weights is None else f'{weights:.2e}'}")
+              f"{'-' if weights is None else f'{weights:.2e}'}{scaled_note(hf)}")
     return StageRow(stage=ROUTING, max_diff=weights, tokens_routed_differently=moved, detail=detail,
                     hf_dtype=_dtype(hf_w), titan_dtype=_dtype(tt_w))
 
@@ -332,7 +334,7 @@ def block_on_hf_routing_stage(titan: Any, layout: Any, hf: dict[str, Any], tt: d
     scores, ids = tt["scores"], tt["ids"]
 
     def swap(_module: Any, _args: Any, out: Any) -> Any:  # HF's weights in HF's dtype: its routing as it is
-        return (routing["weights"].reshape(scores.shape), routing["ids"].to(ids.dtype).reshape(ids.shape), *out[2:])
+        return (scaled_weights(hf).reshape(scores.shape), routing["ids"].to(ids.dtype).reshape(ids.shape), *out[2:])
 
     handle = titan.router.register_forward_hook(swap)
     try:
@@ -341,7 +343,7 @@ def block_on_hf_routing_stage(titan: Any, layout: Any, hf: dict[str, Any], tt: d
     finally:
         handle.remove()
     return StageRow(stage=BLOCK_ON_HF_ROUTING, max_diff=_max_diff(hf["out"], out), hf_dtype=_dtype(hf["out"]),
-                    titan_dtype=_dtype(out), detail="routed experts, shared experts and their sum")
+                    titan_dtype=_dtype(out), detail="routed experts, shared experts and their sum" + scaled_note(hf))
 
 
 def block_stage(hf: dict[str, Any], tt: dict[str, Any]) -> StageRow:
