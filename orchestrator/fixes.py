@@ -46,10 +46,11 @@ def record_cleared(run: Any, events: list[dict[str, Any]], *, phase: str) -> Non
     target = run.state["target"]
     current, previous = completions[-1], completions[-2]
     still = {finding_ref(i, target=target) for i in current["data"]["issues"]}
+    waived = set((current["data"].get("data") or {}).get("waived") or {})  # gone by a person's word, not an edit
     by_start: dict[int, list[dict[str, Any]]] = {}
     for issue in previous["data"]["issues"]:
         ref = finding_ref(issue, target=target)
-        if ref not in still:
+        if ref not in still and ref[0] not in waived:
             start = _raised_at(completions[:-1], ref, target=target)
             by_start.setdefault(start, []).append({"code": ref[0], "subject": ref[1], "message": issue["message"],
                                                    "raised_seq": start})

@@ -191,3 +191,19 @@ def test_a_subject_masks_where_a_finding_is_not_what_it_names() -> None:
     assert subject(here) == subject("maps model.layers.1.mlp.expert_bias (KL 2e-05) in x.py at 5f0c1d2e")
     assert subject("Qwen3MoeSparseMoeBlock has no q_norm") != subject("Qwen2MoeSparseMoeBlock has no q_norm")
     assert subject("unsharded: ['layers.0.self_attn.q_gate_proj']") != subject("unsharded: ['layers.0.g_proj']")
+
+
+def test_a_finding_a_person_waived_is_not_proven_cleared_by_the_edits_beside_it(keys_env: None, tmp_path: Path) -> None:
+    """The blind trial's BEAM: a router finding was waived while an unrelated edit cleared another finding at the
+    same completion, and ``fixes`` listed that edit as the proven fix for the waived router finding too."""
+    store = RunStore(tmp_path / "state")
+    caller = Caller(store)
+    run_id = checked(caller, content_repo(tmp_path / "a"), need="alpha,opt_x", layer=3)
+    assert caller("edit_file", run_id=run_id, path=CONFIG, old_string=ALPHA[0], new_string=ALPHA[1]).status == "ok"
+    waived = cli("resume", run_id, "--waive", "optional_key_missing", "--reason", "not needed for this model",
+                 state_dir=store.state_dir)
+    assert waived.returncode == 0, waived.stderr
+    assert store.read_state(run_id)["status"] == "done"
+    [cleared] = events_of(store, run_id, "findings_cleared")
+    assert [c["code"] for c in cleared["data"]["cleared"]] == ["key_missing"]
+    assert [[f["code"] for f in fix["findings"]] for fix in fixes_json(store.state_dir)["fixes"]] == [["key_missing"]]

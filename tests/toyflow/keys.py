@@ -1,8 +1,9 @@
 """A toy workflow for proven fixes: ``check`` raises one finding per key ``allowed/config.txt`` lacks.
 
 ``need`` names the keys (comma-separated); ``layer`` is a number the messages name, as a model's layer
-index does, so two runs of different "models" raise the same finding with different numbers. The agent
-may edit ``allowed/`` only (the scope guard holds it there).
+index does, so two runs of different "models" raise the same finding with different numbers. A key named
+``opt_*`` raises its own code (``optional_key_missing``), one a person may waive. The agent may edit
+``allowed/`` only (the scope guard holds it there).
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ def run(ctx: Any) -> PhaseResult:
         return PhaseResult(outcome="passed", summary="every key is set")
     layer = ctx.options["layer"]
     return PhaseResult(outcome="needs_agent", summary=f"{len(missing)} key(s) missing", issues=tuple(
-        Issue(code="key_missing", message=f"model.layers.{layer}.config lacks key {key!r}", fix_location=CONFIG)
+        Issue(code=code_of(key), message=f"model.layers.{layer}.config lacks key {key!r}", fix_location=CONFIG)
         for key in missing))
+
+
+def code_of(key: str) -> str:
+    return "optional_key_missing" if key.startswith("opt_") else "key_missing"
 
 
 WORKFLOW = Workflow(
