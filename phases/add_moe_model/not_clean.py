@@ -102,15 +102,34 @@ def residual_cause(gap: GapAnalysis | None, cited: Cited) -> Residual:
     evidence = (f"gap analysis ({cited.phase('gap_analysis')}; gap_table.md): "
                 + ", ".join(_step_text(r, cited) for r in measured))
     if measured and measured[-1].max_diff == 0.0:
+        moved, idle = _patch_effects(measured)
         patches = ", ".join(r.label for r in measured if r.patch_id) or "no patch"
-        return Residual(verdict=f"explained: with {patches} applied max_diff is 0.00", evidence=evidence,
-                        brief=f"explained by {patches} ({cited.phase('gap_analysis')})")
+        verdict = (f"explained: with {patches} applied max_diff is 0.00"
+                   + (f"; the patches that moved it: {', '.join(moved)}" if moved else "")
+                   + (f"; no change measured with {', '.join(idle)}" if idle else ""))
+        names = ", ".join(m.split(" (")[0] for m in moved) or patches
+        return Residual(verdict=verdict, evidence=evidence,
+                        brief=f"explained by {names} ({cited.phase('gap_analysis')})")
     kernel = next((r for r in reversed(_since_last_patch(gap.rows)) if _verified_kernel(r)), None)
     if kernel is not None:
         return Residual(verdict=f"explained: {_kernel_text(kernel, cited)}", evidence=evidence,
                         brief=f"a verified kernel difference ({_row_seq(kernel, cited)})")
     return Residual(verdict=NOT_EXPLAINED, evidence=evidence + _unexplained_detail(gap, cited),
                     brief=f"{NOT_EXPLAINED} ({cited.phase('gap_analysis')})")
+
+
+def _patch_effects(rows: list[GapRow]) -> tuple[list[str], list[str]]:
+    """The applied patches whose row moved max_diff ("+fp32 router gate (3.91e-03 -> 0.00)"), and those whose row
+    measured the same max_diff as the row before it (cumulative patches: only the first kind is shown to act)."""
+    moved, idle, before = [], [], None
+    for row in rows:
+        if row.patch_id and before is not None and row.max_diff is not None:
+            if row.max_diff == before:
+                idle.append(row.label)
+            else:
+                moved.append(f"{row.label} ({sci(before)} -> {sci(row.max_diff)})")
+        before = row.max_diff if row.max_diff is not None else before
+    return moved, idle
 
 
 KERNEL_CHECK = "+kernel align"
