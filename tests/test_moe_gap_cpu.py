@@ -136,6 +136,8 @@ def test_a_residual_no_hypothesis_explains_waits_naming_its_stage_and_a_waiver_e
     assert [r["label"] for r in rows if r["label"] == "+fp32 router gate"], rows  # the router's dtype went first
     assert rows[-1]["label"] == "trace" and rows[-1]["first_divergence"] == "routing" and rows[-1]["max_diff"] > 0
     assert not rows[-1]["kernel_verified"] and state["open_patches"]
+    assert "rows measured: baseline " in state["summary"] and "+fp32 router gate " in state["summary"], \
+        state["summary"]  # an agent's submit reply carries each patch's own numbers
 
     engine.resume(run_id, {}, store=store, advance_after=False, waivers={
         "residual_gap_unexplained": "route scale slip left in on purpose (test)"})

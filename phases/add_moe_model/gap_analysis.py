@@ -246,7 +246,15 @@ def wait_for_agent(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[st
                           "a person decides with the trace as evidence (waive residual_gap_unexplained, or abort)",
                   fix_location=RESIDUAL_FIX)
     return PhaseResult(outcome="needs_agent", summary=f"gap analysis: residual max_diff {fmt(rows[-1]['max_diff'])} "
-                       f"not explained; {gap_trace.ask_text(trace)}", data=data, issues=(issue,))
+                       f"not explained; {gap_trace.ask_text(trace)}; rows measured: {rows_brief(rows)}", data=data,
+                       issues=(issue,))
+
+
+def rows_brief(rows: list[dict[str, Any]]) -> str:
+    """"baseline 3.91e-03, +fp32 router gate 3.91e-03 (KL 1.2e-06), trace 3.91e-03": each row's own numbers, so an
+    agent that submitted a patch reads what it measured in the reply."""
+    return ", ".join(f"{r['label']} {fmt(r['max_diff'])}" + (f" (KL {r['kl']:.1e})" if r.get("kl") is not None else "")
+                     for r in rows)
 
 
 def waived_row(ctx: PhaseContext, rows: list[dict[str, Any]], trace: dict[str, Any] | None, *,
