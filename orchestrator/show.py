@@ -31,7 +31,8 @@ def acts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if event.get("actor") == "engine":
             continue
         act = {"seq": event.get("seq"), "ts": str(event.get("ts", "")), "actor": event.get("actor"),
-               "who": event.get("who"), "type": event.get("type"), "what": summary(event), "after_question": None}
+               "who": event.get("who"), "type": event.get("type"), "what": summary(event), "after_question": None,
+               "key": str(data.get("key")) if event.get("type") == "answer_accepted" else None}
         question = asked.get(str(data.get("key"))) if event.get("type") == "answer_accepted" else None
         if question is not None:
             act["after_question"] = {"seq": question["seq"], "seconds": _seconds(question["ts"], event["ts"])}
@@ -142,7 +143,8 @@ def act_line(act: dict[str, Any]) -> str:
     lag = act["after_question"]
     after = f", {lag['seconds']:.2f} s after question seq {lag['seq']}" if lag and lag["seconds"] is not None else ""
     if lag is None and act["type"] == "answer_accepted":
-        after = ", given before any question asked it (a start option)"
+        after = (", a waiver (no question asks for one)" if str(act.get("key")).startswith("waive:")
+                 else ", given before any question asked it (a start option or an early answer)")
     how = process_label(act["who"])
     return (f"  seq {act['seq']!s:<5} {act['ts'][:19].replace('T', ' ')}  {label(act['who'], str(act['actor']))}  "
             f"{act['type']} {act['what']}{after}" + (f"  [{how}]" if how else ""))

@@ -207,3 +207,6 @@ def test_a_finding_a_person_waived_is_not_proven_cleared_by_the_edits_beside_it(
     [cleared] = events_of(store, run_id, "findings_cleared")
     assert [c["code"] for c in cleared["data"]["cleared"]] == ["key_missing"]
     assert [[f["code"] for f in fix["findings"]] for fix in fixes_json(store.state_dir)["fixes"]] == [["key_missing"]]
+    shown = cli("show", run_id, state_dir=store.state_dir).stdout  # an auditor read this waiver as a start option
+    line = next(ln for ln in shown.splitlines() if "waive:check:optional_key_missing" in ln and "seq " in ln)
+    assert "a waiver (no question asks for one)" in line and "start option" not in line, line
