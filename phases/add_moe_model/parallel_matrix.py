@@ -83,8 +83,8 @@ def torch_root_cause(fsdp: dict[str, Any] | None) -> str:
     seen = (f"torch {fsdp['torch']}: " if fsdp else "torch: ") + "fully_shard cannot shard torchtitan's spmd_types " \
         "plain parameters at world size > 1"
     probe = f" (probe on a 2-rank fake mesh: {fsdp['error']})" if fsdp else ""
-    return (seen + probe + "; torchtitan's FSDP needs torch >= 2.14 (its stated requirement, not measured here). "
-            "No shim or experiment-code fix can provide it.")
+    return (seen + probe + "; torchtitan's FSDP needs torch >= 2.14 (its stated requirement, not measured here), "
+            "outside the experiment folder")
 
 
 # (pattern in the log, root cause, fixable in the experiment folder)
