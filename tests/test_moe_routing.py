@@ -52,13 +52,7 @@ def test_the_router_rule_is_checked_behind_leading_dense_layers(tmp_path: Path):
     """DeepSeek-V3's first three layers are dense: the tiny twin was indexed at the real MoE layer (3) and the
     checks never ran ("IndexError: index 3 is out of range", a note). A target that drops the route scale is now
     caught, with HF's rule found through the group-limited choice (8 groups of the twin's experts, 4 kept)."""
-    source = {"source": resolve_model_source("deepseek_v3").model_dump(mode="json")}
-    target = new_run_workspace(tmp_path / "state")
-    fixes.replace_once(target, fixes.MOE, '    # Route scaling factor (DeepSeek V2/V3)\n'
-                       '    route_scale = getattr(config, "routed_scaling_factor", 1.0)\n',
-                       "    route_scale = 1.0  # the scale dropped\n")
-    found = routing_issues(call_worker(PROBE, source, target=target))["router_rule_mismatch"]
-    assert "route_scale=1.0" in found["message"] and "route_scale=2.5" in found["message"], found["message"]
+    assert_a_dropped_scale_is_caught("deepseek_v3", tmp_path)
 
 
 def test_a_scale_hf_applies_after_its_experts_is_the_routers_route_scale(tmp_path: Path):
@@ -67,7 +61,12 @@ def test_a_scale_hf_applies_after_its_experts_is_the_routers_route_scale(tmp_pat
     ("routes 64 of 64 tokens differently"), which would drop the factor: the same routing is no finding, and a
     target that does drop the scale is caught, with HF's rule at 2.5."""
     assert routing_issues(probe_in_process("type:beam")) == {}
-    source = {"source": resolve_model_source("type:beam").model_dump(mode="json")}
+    assert_a_dropped_scale_is_caught("type:beam", tmp_path)
+
+
+def assert_a_dropped_scale_is_caught(model: str, tmp_path: Path) -> None:
+    """A target that drops the route scale (2.5 for both models here) is a router_rule_mismatch naming HF's."""
+    source = {"source": resolve_model_source(model).model_dump(mode="json")}
     target = new_run_workspace(tmp_path / "state")
     fixes.replace_once(target, fixes.MOE, '    # Route scaling factor (DeepSeek V2/V3)\n'
                        '    route_scale = getattr(config, "routed_scaling_factor", 1.0)\n',
