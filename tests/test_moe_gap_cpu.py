@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 CASES = {
     "deepseek_v32": (fixes.expert_bias_key_renamed,),
     "exaone_moe": (fixes.expert_bias_key_renamed,),
-    "qwen3_next": (sharding_fixes.linear_attention_layers,),
+    "glm4_moe_lite": (fixes.expert_bias_key_renamed,),
 }
 UNMEASURED_CAUSE = re.compile(r"accepted|without a trace|\blikely\b|\bprobably\b|is not its cause")
 

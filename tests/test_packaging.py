@@ -35,8 +35,9 @@ def test_cli_help_and_templates_from_the_installed_package(installed, tmp_path):
     assert str(installed) in where.stdout and str(ROOT) not in where.stdout
     rendered = run_outside(installed, (
         "from orchestrator.context import render_template as r; "
-        "print(r('add_moe_model', 'commit_message.txt.j2', model_name='M', hidden_size=1, moe_intermediate_size=2, "
-        "experts=8, kl=1e-7, max_diff=0.5, caveats=[]))"),
+        "print(r('add_moe_model', 'commit_message.txt.j2', model_name='M', run_id='R', status='PASS', "
+        "numerics_seq='numerics, seq 9', synthetic={'label': 'synthetic', 'short': 'H=1'}, real=None, kl=1e-7, "
+        "max_diff=0.5, layer_kinds=[], not_clean=[]))"),
         tmp_path)
     assert rendered.returncode == 0 and "Add M to transformers MoE backend" in rendered.stdout, rendered.stderr
     lcp = run_outside(installed, (
