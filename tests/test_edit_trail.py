@@ -110,10 +110,7 @@ def rebuild_and_compare(run_dir: Path, target: Path, seen: list[tuple[int, dict[
 
 def test_a_ref_lock_a_killed_command_left_does_not_stop_the_next_record(agent_env: None, toy_repo: Path,
                                                                        tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "state")
-    caller = Caller(store)
-    run_id = run_to_fix(caller, toy_repo)
-    assert caller("write_file", run_id=run_id, path="allowed/a.txt", content="one\n").status == "ok"
+    store, caller, run_id = written_once(toy_repo, tmp_path)
     lock = toy_repo / ".git" / "refs" / "orchestrator" / "edits" / f"{run_id}.lock"
     lock.write_text("a killed update-ref's\n")
     written = caller("write_file", run_id=run_id, path="allowed/a.txt", content="two\n")
@@ -125,10 +122,7 @@ def test_a_ref_lock_a_killed_command_left_does_not_stop_the_next_record(agent_en
 
 def test_an_abort_records_the_edits_made_since_the_last_record(agent_env: None, toy_repo: Path,
                                                                tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "state")
-    caller = Caller(store)
-    run_id = run_to_fix(caller, toy_repo)
-    assert caller("write_file", run_id=run_id, path="allowed/a.txt", content="one\n").status == "ok"
+    store, caller, run_id = written_once(toy_repo, tmp_path)
     (toy_repo / "allowed" / "a.txt").write_text("two, by hand\n")
     aborted = cli("abort", run_id, "--reason", "giving up on this model", state_dir=store.state_dir)
     assert aborted.returncode == 0, aborted.stderr
@@ -138,3 +132,12 @@ def test_an_abort_records_the_edits_made_since_the_last_record(agent_env: None, 
     assert list(edit["files"]) == ["allowed/a.txt"]
     blob = git(toy_repo, "hash-object", str(toy_repo / "allowed" / "a.txt")).strip()
     assert edit["files"]["allowed/a.txt"]["after"] == blob
+
+
+def written_once(toy_repo: Path, tmp_path: Path) -> tuple[RunStore, Caller, str]:
+    """A toy run waiting for the agent, with allowed/a.txt written once through the tools."""
+    store = RunStore(tmp_path / "state")
+    caller = Caller(store)
+    run_id = run_to_fix(caller, toy_repo)
+    assert caller("write_file", run_id=run_id, path="allowed/a.txt", content="one\n").status == "ok"
+    return store, caller, run_id
