@@ -292,3 +292,26 @@ def test_why_names_the_findings_a_person_decides_when_no_question_is_pending() -
                                   "or abort)")
     asked = {**state, "pending": [{"key": "branch"}, {"key": "commit"}]}
     assert why_waiting(asked) == "waiting for a human: answer branch, commit"
+
+
+def test_explain_while_another_process_advances_says_so_not_ready_to_run(agent_env: None, toy_repo: Path,
+                                                                        state_dir: Path) -> None:
+    """Tried as a new user would: during a long advance in one MCP call, explain in another said "phase ... is
+    ready to run; call advance", and the agent's next advance was refused as busy."""
+    from orchestrator import engine
+    from tests.test_reliability_agent import HOLD_LOCK
+
+    caller = Caller(RunStore(state_dir))
+    run_id = engine.start("agenttoy", {"target": str(toy_repo), "color": "red"}, store=caller.store).run_id
+    assert "ready to run" in caller("explain", run_id=run_id).message
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(caller.store.run_dir(run_id) / ".lock"), "30"],
+                              stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        explained = caller("explain", run_id=run_id)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "ready to run" not in explained.message and "another process" in explained.data["why"], explained.message
+    assert explained.data["next_steps"][0].startswith("wait"), explained.data["next_steps"]
+    assert "ready to run" in caller("explain", run_id=run_id).message

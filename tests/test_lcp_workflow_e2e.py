@@ -98,8 +98,9 @@ def test_embedded_workflow_end_to_end_on_cpu(tmp_path):
     answered = _call("answer", state, run_id=run_id, key="candidates", value="done")
     assert answered.message.startswith("answer candidates=done recorded; call advance: phase pick_fix has not run "
                                        "with it yet"), answered.message
-    done = cli("advance", run_id, "--json", state_dir=state, timeout=1500)
-    assert done.returncode == 3 and _json(done)["pending"][0]["key"] == "open_prs", done.stderr[-2000:]
+    done = cli("advance", run_id, state_dir=state, timeout=1500)  # no --json: the progress lines are read
+    pending = _json(cli("status", run_id, "--json", state_dir=state))["pending"]
+    assert done.returncode == 3 and pending[0]["key"] == "open_prs", done.stderr[-2000:]
     findings_lines = [line for line in done.stderr.splitlines() if "findings: " in line and "| phase step" in line]
     assert findings_lines and all(re.search(r"\| phase step \d+ of \d+", line) for line in findings_lines), \
         done.stderr[-3000:]

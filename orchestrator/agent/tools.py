@@ -50,7 +50,8 @@ from orchestrator.agent.file_tools import (
     NOT_DONE, apply_diff, apply_fix, commit_branch, edit_file, read_file, write_file,
 )
 from orchestrator.agent.views import live_state, next_steps, outcome_so_far, phase_spec, shrink
-from orchestrator.agent.views import state_result, submission_schemas, what_a_person_can_do, why_waiting
+from orchestrator.agent.views import (BUSY_STEP, state_result, submission_schemas, what_a_person_can_do,
+                                      why_waiting)
 from orchestrator.errors import OrchestratorError, RunBusy, RunIsFinished, RunNotFound, UsageError
 
 log = logging.getLogger("orchestrator.agent")
@@ -291,7 +292,8 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
     pending = [{**{k: q.get(k) for k in ("key", "prompt", "choices")},
                 "who": "a human only (the answer tool refuses it)" if q["human_only"] else "you may answer"}
                for q in state["pending"]]
-    why = why_waiting(state)
+    busy = env.store.busy(args.run_id)
+    why = why_waiting(state, busy=busy)
     data = {
         "run_id": state["run_id"], "workflow": state["workflow"], "target": state["target"],
         "phase": state["phase"], "title": spec.title if spec else "", "status": state["status"],
@@ -309,6 +311,8 @@ def explain(args: ExplainArgs, env: ToolEnv) -> ToolResult:
     data["issues"] = issues_with_offers(state, data["fix_offers"])
     rows = {kind: row for kind, row in workflow.submissions.items() if row.phase == state["phase"]}
     data["next_steps"] = next_steps(state, spec, submissions=rows, offers=data["fix_offers"])
+    if busy and state["status"] not in ("done", "aborted"):
+        data["next_steps"] = [BUSY_STEP]
     return ToolResult(status="ok", message=why, data=data)
 
 

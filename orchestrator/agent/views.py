@@ -33,9 +33,16 @@ def state_result(state: dict[str, Any], *, exit_code: int | None = None, message
 
 
 
-def why_waiting(state: dict[str, Any]) -> str:
+BUSY_STEP = "wait: another process holds the run; call status or explain again once it lets go"
+
+
+def why_waiting(state: dict[str, Any], *, busy: bool = False) -> str:
+    """``busy``: another process holds the run now (``RunStore.busy``), so what it last committed may be moving."""
     if state["status"] in ("done", "aborted"):
         return f"the run is {state['status']}: {state['summary']}"
+    if busy:
+        return (f"another process holds the run now (an advance or an acting call): phase {state['phase']} may be "
+                "running, and this is its last committed state; an acting call is refused as busy until it ends")
     if state["violations"]:
         return "a rule is broken: " + "; ".join(f"{v['guard']}: {v['message']}" for v in state["violations"])
     if state["awaiting"] == "human":

@@ -153,6 +153,20 @@ class RunStore:
         finally:
             lock.release()
 
+    def busy(self, run_id: str) -> bool:
+        """Whether another process (an advance, an acting tool call) holds the run's lock right now."""
+        import filelock
+
+        if run_id in self._held():
+            return False
+        lock = filelock.FileLock(self.run_dir(run_id) / ".lock", timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            return True
+        lock.release()
+        return False
+
     def _held(self) -> dict[str, Any]:
         if not hasattr(self._local, "held"):
             self._local.held = {}
