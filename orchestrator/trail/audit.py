@@ -56,14 +56,17 @@ def audit_trail(run_dir: Path, *, rules: dict[str, Any] | None = None, schema: b
     try:
         report = inspect_trail(run_dir, anchor=anchor, every_signature=True, witnesses=witnesses,
                                check_pin=check_pin, pin=pin)
-        return Audit(findings=_audit(report, run_dir, rules=rules or {}, schema=schema, workflow=workflow),
-                     signed_by=report.signed_by, notes=report.notes, signer=report.signer,
+        notes = list(report.notes)
+        findings = _audit(report, run_dir, rules=rules or {}, schema=schema, workflow=workflow, notes=notes)
+        return Audit(findings=findings, signed_by=report.signed_by, notes=notes, signer=report.signer,
                      actors=actors(report.events))
     finally:
         gc.enable()
 
 
-def _audit(report: Any, run_dir: Path, *, rules: dict[str, Any], schema: bool, workflow: Any) -> list[Finding]:
+def _audit(report: Any, run_dir: Path, *, rules: dict[str, Any], schema: bool, workflow: Any,
+           notes: list[str]) -> list[Finding]:
+    """The findings; what is true of the run and worth saying but breaks nothing goes to ``notes``."""
     from orchestrator.trail.audit_meaning import check_meaning
 
     findings, events = list(report.findings), report.events
@@ -83,7 +86,9 @@ def _audit(report: Any, run_dir: Path, *, rules: dict[str, Any], schema: bool, w
         return [Finding(seq=None, check="schema", message=f"the events do not replay: missing {exc}")]
     findings += check_snapshot(run_dir / SNAPSHOT, state)
     findings += check_artifacts(run_dir / ARTIFACTS, events)
-    findings += check_open_patches(state)
+    open_findings, open_notes = check_open_patches(state, events)
+    findings += open_findings
+    notes += open_notes
     if rules:
         state = {**state, "target": resolved_path(state["target"], run_dir.parent.parent)}
     for name, rule in rules.items():
@@ -135,7 +140,19 @@ def check_artifacts(artifacts_dir: Path, events: list[dict[str, Any]]) -> list[F
     return findings
 
 
-def check_open_patches(state: dict[str, Any]) -> list[Finding]:
-    return [Finding(seq=p["seq"], check="rule:no_open_patch",
-                    message=f"temporary patch {pid} ({p['label']}) is still applied")
-            for pid, p in state["open_patches"].items()]
+def check_open_patches(state: dict[str, Any], events: list[dict[str, Any]]) -> tuple[list[Finding], list[str]]:
+    """An applied temporary patch: a note while the phase that applied it runs or waits (its measurements build
+    on it, and it is reverted with proof before that phase passes); a finding once the run left that phase or
+    ended."""
+    applied_in = {e["seq"]: e.get("phase") for e in events if e["type"] == "patch_applied"}
+    findings, notes = [], []
+    for pid, patch in state["open_patches"].items():
+        phase = applied_in.get(patch["seq"])
+        if phase == state["phase"] and state["status"] in ("running", "waiting"):
+            notes.append(f"temporary patch {pid} ({patch['label']}, seq {patch['seq']}) is applied while the run "
+                         f"waits in phase {phase}, which applied it; it is reverted with proof before that phase "
+                         "passes")
+        else:
+            findings.append(Finding(seq=patch["seq"], check="rule:no_open_patch",
+                                    message=f"temporary patch {pid} ({patch['label']}) is still applied"))
+    return findings, notes
