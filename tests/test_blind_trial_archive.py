@@ -4,21 +4,16 @@ one MCP server, each `done`, whose trails audit intact against the signer's publ
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
-from tests.conftest import cli
+from tests.trail_archives import audit_pinned, unpack
 
-ARCHIVE = Path(__file__).resolve().parents[1] / "bench/results/2026-12-05-blind-trial-mcp-5/trails.tgz"
 MODELS = {"glm4_moe_lite", "qwen3_5_moe_text", "kolibri1", "beam", "mimo_v2_flash"}
 
 
 def test_the_five_runs_are_done_and_audit_intact_against_the_pinned_key(tmp_path: Path) -> None:
-    with tarfile.open(ARCHIVE) as archive:
-        archive.extractall(tmp_path, filter="data")
-    state = tmp_path / "state"
-    audited = cli("audit", "--all", "--key", str(tmp_path / "signer.pub"), "--anchor-dir", str(tmp_path / "anchors"),
-                  "--json", state_dir=state)
+    state = unpack("2026-12-05-blind-trial-mcp-5", tmp_path) / "state"
+    audited = audit_pinned(tmp_path)
     assert audited.returncode == 0, audited.stdout[-2000:]
     body = json.loads(audited.stdout)
     assert body["ok"] and len(body["runs"]) == 5

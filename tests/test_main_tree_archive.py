@@ -4,38 +4,26 @@ audits intact against the pinned key, and what its README says is read back from
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli
-
-FOLDER = Path(__file__).resolve().parents[1] / "bench/results/2026-12-06-add-moe-main"
+from tests.trail_archives import audit_pinned, snapshots_by_model, unpack
 
 
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("main-tree")
-    with tarfile.open(FOLDER / "trails.tgz") as archive:
-        archive.extractall(root, filter="data")
-    return root
-
-
-def snapshots(root: Path) -> dict[str, dict]:
-    runs = [json.loads((run / "run.json").read_text()) for run in (root / "state/runs").iterdir()]
-    return {s["options"]["model"]: s for s in runs}
+    return unpack("2026-12-06-add-moe-main", tmp_path_factory.mktemp("main-tree"))
 
 
 def test_every_run_audits_intact_against_the_pinned_key(unpacked: Path) -> None:
-    audited = cli("audit", "--all", "--key", str(unpacked / "signer.pub"), "--anchor-dir", str(unpacked / "anchors"),
-                  "--json", state_dir=unpacked / "state")
+    audited = audit_pinned(unpacked)
     assert audited.returncode == 0, audited.stdout[-2000:]
     assert json.loads(audited.stdout)["ok"]
 
 
 def test_seven_are_done_and_gemma_waits_at_the_probe_with_both_its_layer_kinds_built(unpacked: Path) -> None:
-    runs = snapshots(unpacked)
+    runs = snapshots_by_model(unpacked)
     assert len(runs) == 8
     gemma = runs.pop("google/gemma-4-26B-A4B")
     assert {s["status"] for s in runs.values()} == {"done"}
@@ -44,7 +32,7 @@ def test_seven_are_done_and_gemma_waits_at_the_probe_with_both_its_layer_kinds_b
 
 
 def test_each_gap_analysis_ends_at_zero_with_the_row_that_measured_it(unpacked: Path) -> None:
-    gaps = {model: s["results"]["gap_analysis"] for model, s in snapshots(unpacked).items()
+    gaps = {model: s["results"]["gap_analysis"] for model, s in snapshots_by_model(unpacked).items()
             if "gap_analysis" in s["results"]}
     assert len(gaps) == 6 and "allenai/OLMoE-1B-7B-0924" not in gaps
     for model, gap in gaps.items():
@@ -56,7 +44,7 @@ def test_each_gap_analysis_ends_at_zero_with_the_row_that_measured_it(unpacked: 
 
 
 def test_the_synthetic_entry_holds_one_layer_of_every_kind(unpacked: Path) -> None:
-    for model, s in snapshots(unpacked).items():
+    for model, s in snapshots_by_model(unpacked).items():
         if "synthetic_config" not in s["results"]:
             continue
         config = s["results"]["synthetic_config"]
