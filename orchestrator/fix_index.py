@@ -41,8 +41,9 @@ class KnownFix:
 
 
 def known_fixes(runs_dir: Path) -> tuple[list[KnownFix], list[dict[str, str]]]:
-    """Every proven fix under ``runs_dir`` (most proofs first), and the trails passed over with why."""
-    grouped: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str, Any], Path]]] = {}
+    """Every proven fix under ``runs_dir`` (most proofs first, each fix's proofs in the order they were cleared),
+    and the trails passed over with why."""
+    grouped: dict[tuple[str, str], list[tuple[str, dict[str, Any], dict[str, Any], Path]]] = {}
     skipped = []
     run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) \
         if runs_dir.is_dir() else []
@@ -50,9 +51,11 @@ def known_fixes(runs_dir: Path) -> tuple[list[KnownFix], list[dict[str, str]]]:
         proofs, why = _proofs_of(run_dir)
         if why:
             skipped.append({"run_id": run_dir.name, "reason": why})
-        for proof, cleared, source, sha in proofs:
-            grouped.setdefault((cleared["base_tree"], sha), []).append((proof, cleared, source))
-    fixes = [_known_fix(base, sha, rows) for (base, sha), rows in grouped.items()]
+        for proof, cleared, source, sha, cleared_at in proofs:
+            grouped.setdefault((cleared["base_tree"], sha), []).append((cleared_at, proof, cleared, source))
+    # run ids order runs by the second only: two started in one second sort by their random suffix
+    fixes = [_known_fix(base, sha, [row[1:] for row in sorted(rows, key=lambda row: row[0])])
+             for (base, sha), rows in grouped.items()]
     return sorted(fixes, key=lambda f: (-len(f.proofs), f.offer)), skipped
 
 
@@ -63,8 +66,9 @@ def _known_fix(base: str, sha: str, rows: list[tuple[dict[str, Any], dict[str, A
                     files=tuple(files), proofs=tuple(p for p, _, _ in rows), source=rows[0][2])
 
 
-def _proofs_of(run_dir: Path) -> tuple[list[tuple[dict[str, Any], dict[str, Any], Path, str]], str]:
-    """(proof, findings_cleared data, diff file, diff sha256) of each clearing the run proves; or why none count."""
+def _proofs_of(run_dir: Path) -> tuple[list[tuple[dict[str, Any], dict[str, Any], Path, str, str]], str]:
+    """(proof, findings_cleared data, diff file, diff sha256, when it was cleared) of each clearing the run proves;
+    or why none count."""
     try:
         if MARK not in (run_dir / EVENTS).read_bytes():
             return [], ""
@@ -89,7 +93,7 @@ def _proofs_of(run_dir: Path) -> tuple[list[tuple[dict[str, Any], dict[str, Any]
         if sha is None or sha != hashes.get(event["data"]["diff"]):
             why = f"the diff {event['data']['diff']} of seq {event['seq']} is missing or differs from its sha256"
             continue
-        found.append((_proof(run_dir.name, events, event, passed), event["data"], source, sha))
+        found.append((_proof(run_dir.name, events, event, passed), event["data"], source, sha, event["ts"]))
     return found, why
 
 

@@ -98,8 +98,9 @@ def test_the_edit_that_cleared_a_finding_is_offered_to_the_next_model_and_applie
     assert advanced["data"]["status"] == "done"
     [edit] = events_of(store, b, "edit_recorded")
     assert (edit["data"]["by"], edit["data"]["tool"], edit["actor"]) == ("tool", "apply_fix", "agent")
-    [proven] = [f for f in fixes_json(store.state_dir)["fixes"] if f["offer"] == alpha["offer"]]
-    assert [p["run_id"] for p in proven["proofs"]] == [a, b]
+    known_now = fixes_json(store.state_dir)
+    [proven] = [f for f in known_now["fixes"] if f["offer"] == alpha["offer"]]
+    assert [p["run_id"] for p in proven["proofs"]] == [a, b], json.dumps(known_now)
     for run_id in (a, b):
         audit = cli("audit", run_id, "--schema", "--json", state_dir=store.state_dir)
         assert audit.returncode == 0, audit.stdout
