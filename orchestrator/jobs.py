@@ -153,9 +153,18 @@ def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any]
     """How ``job`` ended (None: still live) from what squeue or sacct ``told`` and from its own files.
 
     The job's end record wins over a scheduler that shows it queued again or stopped: the script
-    did end (a controller restarted from older state relaunches or fails what already ran).
+    did end (a controller restarted from older state relaunches or fails what already ran). Unless
+    slurmstepd's line in the job's output says it stopped the script: then the wrapper outlived the
+    signal, and its record of a failed exit is the stop's echo, not the cause.
     """
-    own = job_files.own_end(Path(job["results_dir"]), job["job_id"])
+    results_dir = Path(job["results_dir"])
+    own = job_files.own_end(results_dir, job["job_id"])
+    stop = job_files.stopped_by_slurm(results_dir, job["job_id"])
+    if own is not None and own["state"] != "COMPLETED" and stop is not None:
+        if told is not None and told.state in cluster.STOPPED:
+            return {"state": told.state, "reason": told.reason, "source": told.source,
+                    **({"exit_code": told.exit_code} if told.exit_code else {})}
+        return {**stop, "reason": f"{stop['reason']}; {own['reason'].removeprefix('its ')} after it"}
     if told is not None and told.live:  # RUNNING or COMPLETING with an end record: the job is just ending
         if own is None or told.state not in cluster.QUEUED:
             return None
@@ -167,7 +176,7 @@ def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any]
                 **({"exit_code": told.exit_code} if told.exit_code else {})}
     if own is not None:
         return {**own, "reason": own["reason"] + (f"; {told.source} says {told.state}" if told else "")}
-    return job_files.stopped_by_slurm(Path(job["results_dir"]), job["job_id"]) or {
+    return stop or {
         "state": "GONE", "source": "none",
         "reason": "squeue no longer knows it and it left no end record: stopped before its script ended (e.g. by "
                   "a controller that restarted with empty state), or submitted before end records"}

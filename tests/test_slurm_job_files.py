@@ -68,3 +68,17 @@ def test_a_held_job_says_a_person_must_release_it():
     said = jobs.describe({"key": "k", "job_id": "131", "state": "PENDING", "reason": "launch failed requeued held"})
     assert said == "k (job 131, PENDING: launch failed requeued held; SLURM holds it until a person releases it)"
     assert jobs.describe({"key": "k", "job_id": "9", "state": "PENDING", "reason": "Resources"}) == "k (job 9, PENDING)"
+
+
+def test_a_time_limit_the_wrapper_outlived_is_a_timeout_not_the_scripts_failure(tmp_path):
+    """Seen in a full suite on a loaded CI node: slurmstepd stopped the script at its limit, the wrapper outlived
+    the signal and recorded the script's exit 1, and the row read FAILED instead of TIMEOUT."""
+    (tmp_path / "slurm-7.out").write_text("=== FSDP ===\n" + STOPPED_LINE.replace("25", "7") + "Terminated\n")
+    (tmp_path / "end-7.json").write_text('{"job_id": "7", "exit": 1, "restarts": 0}\n')
+    told = JobState(job_id="7", state="TIMEOUT", reason="TimeLimit")
+    job_7 = {"key": "orch-x-a1", "job_id": "7", "results_dir": str(tmp_path)}
+    from_squeue = jobs.end_of(job_7, told)
+    assert (from_squeue["state"], from_squeue["source"]) == ("TIMEOUT", "squeue")
+    from_files = jobs.end_of(job_7, None)
+    assert (from_files["state"], from_files["source"]) == ("TIMEOUT", "slurm-7.out")
+    assert "exited 1 after" in from_files["reason"]
