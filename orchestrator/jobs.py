@@ -162,8 +162,7 @@ def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any]
     stop = job_files.stopped_by_slurm(results_dir, job["job_id"])
     if own is not None and own["state"] != "COMPLETED" and stop is not None:
         if told is not None and told.state in cluster.STOPPED:
-            return {"state": told.state, "reason": told.reason, "source": told.source,
-                    **({"exit_code": told.exit_code} if told.exit_code else {})}
+            return told_end(told)
         return {**stop, "reason": f"{stop['reason']}; {own['reason'].removeprefix('its ')} after it"}
     if told is not None and told.live:  # RUNNING or COMPLETING with an end record: the job is just ending
         if own is None or told.state not in cluster.QUEUED:
@@ -172,14 +171,19 @@ def end_of(job: dict[str, Any], told: cluster.JobState | None) -> dict[str, Any]
                 "reason": f"{own['reason']}; squeue shows it {told.state} again ({told.reason}): relaunched by a "
                           "controller restarted from older state"}
     if told is not None and (own is None or told.state not in cluster.STOPPED):
-        return {"state": told.state, "reason": told.reason, "source": told.source,
-                **({"exit_code": told.exit_code} if told.exit_code else {})}
+        return told_end(told)
     if own is not None:
         return {**own, "reason": own["reason"] + (f"; {told.source} says {told.state}" if told else "")}
     return stop or {
         "state": "GONE", "source": "none",
         "reason": "squeue no longer knows it and it left no end record: stopped before its script ended (e.g. by "
                   "a controller that restarted with empty state), or submitted before end records"}
+
+
+def told_end(told: cluster.JobState) -> dict[str, Any]:
+    """The end as squeue or sacct told it."""
+    return {"state": told.state, "reason": told.reason, "source": told.source,
+            **({"exit_code": told.exit_code} if told.exit_code else {})}
 
 
 def cancel_open(state: dict[str, Any]) -> list[str]:
